@@ -1,0 +1,347 @@
+//! The audit stream: every decision the engine takes, as a durable event
+//! with a sequence number, readable from any sequence, live, as JSON lines,
+//! and as `tracing` events; and the per-tool statistics derived from it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::class::OnDrift;
+use crate::error::Error;
+use crate::journal::{Journal, Space};
+use crate::record::{self, Kind};
+
+/// One audit event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEvent {
+    /// Position in the stream; increasing, possibly with gaps.
+    pub seq: u64,
+    /// When it happened (ms since the epoch, runtime clock).
+    pub at_ms: u64,
+    /// The tool (or `step:<name>` for memoized steps).
+    pub tool: String,
+    /// The provider-facing key, for journaled operations.
+    pub key: Option<String>,
+    /// The root run the operation belongs to.
+    pub root_run: String,
+    /// The agent path that made the call (root, then `child` names).
+    pub agent: String,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// What an [`AuditEvent`] records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A new operation (or a new generation of one) was journaled.
+    Intent {
+        /// The key generation.
+        generation: u32,
+        /// Hex SHA-256 of the non-redacted arguments.
+        fingerprint: String,
+    },
+    /// An attempt is about to call the provider; its INTENT is durable.
+    Attempt {
+        /// 1-based attempt number within the generation.
+        attempt: u32,
+    },
+    /// An attempt failed and another will follow after `delay_ms`.
+    Retry {
+        /// The attempt that failed.
+        attempt: u32,
+        /// How long the engine waits.
+        delay_ms: u64,
+        /// `not_sent` or `ambiguous`.
+        failure: String,
+        /// The error, as text.
+        error: String,
+    },
+    /// The operation's result is committed.
+    Committed {
+        /// The attempt that produced it (0: learned by verify or operator).
+        attempt: u32,
+        /// `call`, `verify` or `operator`.
+        via: String,
+    },
+    /// The provider refused the operation; the next call starts a new
+    /// generation.
+    Rejected {
+        /// The error, as text.
+        error: String,
+    },
+    /// Every attempt provably failed to land and the budget is spent.
+    Failed {
+        /// The last error, as text.
+        error: String,
+    },
+    /// A committed result was replayed; the provider was not called.
+    DedupeHit,
+    /// The provider reported that it replayed a response for our key.
+    ProviderReplay {
+        /// The attempt that saw it.
+        attempt: u32,
+    },
+    /// An operation left unfinished by a dead process or a dropped call was
+    /// picked up.
+    Recovered {
+        /// The state it was found in.
+        state: String,
+        /// Attempts it had made.
+        attempts: u32,
+    },
+    /// `verify` was asked whether an unknown outcome landed.
+    Verified {
+        /// `landed`, `not_landed`, `unknown` or `error: ...`.
+        verdict: String,
+    },
+    /// Same key, different arguments.
+    ArgsDrift {
+        /// What the tool does about it.
+        policy: OnDrift,
+    },
+    /// Parked for a human.
+    Escalated {
+        /// Why.
+        reason: String,
+    },
+    /// An operator settled an escalation.
+    Resolved {
+        /// `landed`, `reissue` or `abandon`.
+        resolution: String,
+        /// The operator's note.
+        note: String,
+    },
+    /// A call was answered without running: escalated, abandoned, in flight
+    /// elsewhere or refused for drift.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+    /// A memoized step ran and its result was stored.
+    StepRecorded,
+    /// A memoized step's stored result was returned without running it.
+    StepReplayed,
+}
+
+impl AuditEvent {
+    /// The event as one line of JSON (no trailing newline).
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+/// Per-tool counts derived from the audit stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolStats {
+    /// Calls made: new operations, replays, recoveries, refusals, and
+    /// read-only calls of this process.
+    pub calls: u64,
+    /// Attempts that called the provider.
+    pub attempts: u64,
+    /// Retries after a failed attempt.
+    pub retries: u64,
+    /// Calls answered from the journal without calling the provider.
+    pub dedupe_hits: u64,
+    /// Responses the provider reported as replays of our key.
+    pub provider_replays: u64,
+    /// Operations recovered after a crash or a dropped call.
+    pub recoveries: u64,
+    /// `verify` calls.
+    pub verifications: u64,
+    /// Committed results.
+    pub commits: u64,
+    /// Semantic refusals by the provider.
+    pub rejections: u64,
+    /// Escalations to a human.
+    pub escalations: u64,
+    /// Calls whose arguments drifted from the first call of their key.
+    pub drifts: u64,
+}
+
+/// Statistics for every tool seen in the audit stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Per tool name.
+    pub tools: BTreeMap<String, ToolStats>,
+}
+
+impl Stats {
+    /// Folds one event into the counts.
+    pub fn record(&mut self, event: &AuditEvent) {
+        let t = self.tools.entry(event.tool.clone()).or_default();
+        match &event.kind {
+            EventKind::Intent { .. } => t.calls += 1,
+            EventKind::Attempt { .. } => t.attempts += 1,
+            EventKind::Retry { .. } => t.retries += 1,
+            EventKind::Committed { .. } => t.commits += 1,
+            EventKind::Rejected { .. } => t.rejections += 1,
+            EventKind::DedupeHit => {
+                t.calls += 1;
+                t.dedupe_hits += 1;
+            }
+            EventKind::ProviderReplay { .. } => t.provider_replays += 1,
+            EventKind::Recovered { .. } => {
+                t.calls += 1;
+                t.recoveries += 1;
+            }
+            EventKind::Verified { .. } => t.verifications += 1,
+            EventKind::ArgsDrift { .. } => t.drifts += 1,
+            EventKind::Escalated { .. } => t.escalations += 1,
+            EventKind::Refused { .. } => t.calls += 1,
+            EventKind::StepRecorded => t.calls += 1,
+            EventKind::StepReplayed => {
+                t.calls += 1;
+                t.dedupe_hits += 1;
+            }
+            EventKind::Failed { .. } | EventKind::Resolved { .. } => {}
+        }
+    }
+}
+
+/// A live view of the audit stream; see `Runtime::subscribe`.
+#[derive(Debug)]
+pub struct Subscription {
+    rx: broadcast::Receiver<AuditEvent>,
+}
+
+/// Why [`Subscription::recv`] returned no event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubscriptionError {
+    /// The subscriber fell behind and `missed` events were dropped for it;
+    /// read them back with `Runtime::audit`. The subscription goes on.
+    #[error("subscriber lagged: {missed} events skipped; read them with Runtime::audit")]
+    Lagged {
+        /// How many events were skipped.
+        missed: u64,
+    },
+    /// The runtime is gone.
+    #[error("the runtime was dropped")]
+    Closed,
+}
+
+impl Subscription {
+    /// The next event.
+    pub async fn recv(&mut self) -> Result<AuditEvent, SubscriptionError> {
+        self.rx.recv().await.map_err(|e| match e {
+            broadcast::error::RecvError::Lagged(missed) => SubscriptionError::Lagged { missed },
+            broadcast::error::RecvError::Closed => SubscriptionError::Closed,
+        })
+    }
+
+    /// The next event if one is ready now.
+    pub fn try_recv(&mut self) -> Option<Result<AuditEvent, SubscriptionError>> {
+        match self.rx.try_recv() {
+            Ok(e) => Some(Ok(e)),
+            Err(broadcast::error::TryRecvError::Empty) => None,
+            Err(broadcast::error::TryRecvError::Lagged(missed)) => {
+                Some(Err(SubscriptionError::Lagged { missed }))
+            }
+            Err(broadcast::error::TryRecvError::Closed) => Some(Err(SubscriptionError::Closed)),
+        }
+    }
+}
+
+/// The runtime's side of the stream.
+pub(crate) struct AuditLog {
+    live: broadcast::Sender<AuditEvent>,
+    /// Read-only calls are not journaled (their overhead budget is under a
+    /// microsecond); this process counts them here.
+    read_only: Mutex<HashMap<&'static str, u64>>,
+}
+
+impl AuditLog {
+    pub(crate) fn new() -> Self {
+        AuditLog {
+            live: broadcast::channel(4096).0,
+            read_only: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Appends an event (durable at the journal's next sync), publishes it
+    /// to subscribers and to `tracing`.
+    pub(crate) fn emit(
+        &self,
+        journal: &dyn Journal,
+        mut event: AuditEvent,
+    ) -> Result<u64, Error> {
+        let bytes = record::encode(Kind::Event, &event)?;
+        event.seq = journal.append(Space::Audit, &bytes)?;
+        tracing::info!(
+            target: "idem::audit",
+            seq = event.seq,
+            tool = %event.tool,
+            key = event.key.as_deref().unwrap_or(""),
+            root_run = %event.root_run,
+            event = ?event.kind,
+        );
+        let seq = event.seq;
+        if self.live.receiver_count() > 0 {
+            let _ = self.live.send(event);
+        }
+        Ok(seq)
+    }
+
+    pub(crate) fn count_read_only(&self, tool: &'static str) {
+        *self
+            .read_only
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(tool)
+            .or_insert(0) += 1;
+    }
+
+    pub(crate) fn subscribe(&self) -> Subscription {
+        Subscription {
+            rx: self.live.subscribe(),
+        }
+    }
+
+    pub(crate) fn read(
+        journal: &dyn Journal,
+        from: u64,
+    ) -> impl Iterator<Item = Result<AuditEvent, Error>> + '_ {
+        journal
+            .scan(Space::Audit, &from.to_be_bytes())
+            .map(move |item| {
+                let (k, v) = item?;
+                let mut event: AuditEvent = record::decode(Kind::Event, &v, journal.location(), &k)?;
+                let seq: [u8; 8] = k.as_slice().try_into().map_err(|_| Error::Corrupt {
+                    what: "audit event",
+                    location: journal.location().to_string(),
+                    key: crate::key::hex(&k),
+                    detail: "sequence key is not 8 bytes".into(),
+                })?;
+                event.seq = u64::from_be_bytes(seq);
+                Ok(event)
+            })
+    }
+
+    pub(crate) fn stats(&self, journal: &dyn Journal) -> Result<Stats, Error> {
+        let mut stats = Stats::default();
+        for event in Self::read(journal, 0) {
+            stats.record(&event?);
+        }
+        for (tool, n) in self.read_only.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            stats.tools.entry((*tool).to_string()).or_default().calls += n;
+        }
+        Ok(stats)
+    }
+
+    pub(crate) fn export_jsonl(
+        journal: &dyn Journal,
+        from: u64,
+        out: &mut dyn Write,
+    ) -> Result<u64, Error> {
+        let mut n = 0;
+        for event in Self::read(journal, from) {
+            writeln!(out, "{}", event?.to_json_line())
+                .map_err(|e| Error::storage("export audit", journal.location(), e))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,203 @@
+//! `Ctx`: the handle a tool call runs under. It names the root run (whose
+//! dedupe scope every key belongs to), the scope path, the agent path, and
+//! inside a call, the call's key and attempt.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::ToolError;
+use crate::key::{IdemKey, KeyPrefix};
+use crate::runtime::Shared;
+
+/// Domain tag of operation keys.
+pub(crate) const KEY_DOMAIN: &str = "idem.key";
+
+/// The context of a run, cheap to clone and to send between tasks.
+///
+/// Obtained from `Runtime::run`, then narrowed with [`Ctx::child`] (a
+/// subagent: same dedupe scope) or [`Ctx::scope`] (a deliberately distinct
+/// operation). Tools receive it as their first parameter; inside a call it
+/// also carries the call's [`IdemKey`] and attempt number.
+#[derive(Clone)]
+pub struct Ctx {
+    pub(crate) scope: Arc<Scope>,
+    pub(crate) call: Option<Arc<CallState>>,
+}
+
+pub(crate) struct Scope {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) root: Arc<str>,
+    pub(crate) path: Vec<Arc<str>>,
+    pub(crate) agent: Arc<str>,
+    pub(crate) prefix: KeyPrefix,
+}
+
+pub(crate) struct CallState {
+    pub(crate) key: IdemKey,
+    pub(crate) attempt: u32,
+    pub(crate) provider_replay: AtomicBool,
+}
+
+impl std::fmt::Debug for Ctx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Ctx");
+        d.field("root", &&*self.scope.root)
+            .field("scope", &self.scope.path)
+            .field("agent", &&*self.scope.agent);
+        if let Some(call) = &self.call {
+            d.field("key", &call.key).field("attempt", &call.attempt);
+        }
+        d.finish()
+    }
+}
+
+impl Ctx {
+    pub(crate) fn root(shared: Arc<Shared>, root: &str) -> Ctx {
+        let root: Arc<str> = Arc::from(root);
+        Ctx {
+            scope: Arc::new(Scope {
+                prefix: KeyPrefix::new(KEY_DOMAIN, &root, &[]),
+                shared,
+                agent: root.clone(),
+                root,
+                path: Vec::new(),
+            }),
+            call: None,
+        }
+    }
+
+    /// The provider-facing idempotency key of the call in progress:
+    /// identical on every attempt and after a restart.
+    ///
+    /// # Panics
+    /// Outside a tool call (a `Ctx` straight from `Runtime::run` has no
+    /// key); use [`Ctx::try_idempotency_key`] where that can happen.
+    pub fn idempotency_key(&self) -> &IdemKey {
+        self.try_idempotency_key().expect(
+            "Ctx::idempotency_key() called outside a tool call: only the Ctx a #[tool] \
+             (or its verify function) receives carries a key",
+        )
+    }
+
+    /// The call's key, or `None` outside a tool call.
+    pub fn try_idempotency_key(&self) -> Option<&IdemKey> {
+        self.call.as_ref().map(|c| &c.key)
+    }
+
+    /// The attempt in progress, from 1; 0 outside a tool call. Counts
+    /// survive restarts.
+    pub fn attempt(&self) -> u32 {
+        self.call.as_ref().map_or(0, |c| c.attempt)
+    }
+
+    /// The root run id every key of this context belongs to.
+    pub fn root_run(&self) -> &str {
+        &self.scope.root
+    }
+
+    /// The scope path below the root run.
+    pub fn scope_path(&self) -> impl Iterator<Item = &str> {
+        self.scope.path.iter().map(|s| &**s)
+    }
+
+    /// The agent path: the root run, then each `child` name.
+    pub fn agent(&self) -> &str {
+        &self.scope.agent
+    }
+
+    /// A context for a subagent. Its keys stay in this run's dedupe scope:
+    /// if the parent retries the whole subtask, the subagent's completed
+    /// effects are replayed, not repeated. The name only labels audit events.
+    pub fn child(&self, name: &str) -> Ctx {
+        let s = &self.scope;
+        Ctx {
+            scope: Arc::new(Scope {
+                shared: s.shared.clone(),
+                root: s.root.clone(),
+                path: s.path.clone(),
+                agent: Arc::from(format!("{}/{}", s.agent, name)),
+                prefix: s.prefix.clone(),
+            }),
+            call: None,
+        }
+    }
+
+    /// A context for a deliberately distinct operation: the same tool with
+    /// the same key fields under `scope("second-reminder")` is a new
+    /// operation with a new key.
+    pub fn scope(&self, name: &str) -> Ctx {
+        let s = &self.scope;
+        let mut path = s.path.clone();
+        path.push(Arc::from(name));
+        Ctx {
+            scope: Arc::new(Scope {
+                prefix: KeyPrefix::new(KEY_DOMAIN, &s.root, &path),
+                shared: s.shared.clone(),
+                root: s.root.clone(),
+                agent: s.agent.clone(),
+                path,
+            }),
+            call: None,
+        }
+    }
+
+    /// Tells idem that the provider answered this attempt with a replay of
+    /// an earlier response for our key (e.g. Stripe's
+    /// `Idempotent-Replayed: true`). Recorded in the audit stream.
+    pub fn mark_provider_replay(&self) {
+        if let Some(call) = &self.call {
+            call.provider_replay.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Runs `fut` once per run and scope: its `Ok` value is stored durably
+    /// under `name`, and every later call of the same step (after a retry or
+    /// a restart) returns the stored value without polling `fut`. Errors are
+    /// not stored. Use it for expensive or non-deterministic work between
+    /// tool calls, such as a model call, so a resumed agent takes the same
+    /// path. A step in flight when the process dies runs again.
+    pub async fn step<T, E, F>(&self, name: &str, fut: F) -> Result<T, ToolError<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: Future<Output = Result<T, E>>,
+    {
+        crate::engine::step(self, name, fut).await
+    }
+
+    /// The runtime this context belongs to.
+    pub fn runtime(&self) -> crate::Runtime {
+        crate::Runtime {
+            shared: self.scope.shared.clone(),
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.scope.shared
+    }
+
+    pub(crate) fn prefix(&self) -> &KeyPrefix {
+        &self.scope.prefix
+    }
+
+    /// This context, inside attempt `attempt` of the call keyed `key`.
+    pub(crate) fn for_call(&self, key: &IdemKey, attempt: u32) -> Ctx {
+        Ctx {
+            scope: self.scope.clone(),
+            call: Some(Arc::new(CallState {
+                key: key.clone(),
+                attempt,
+                provider_replay: AtomicBool::new(false),
+            })),
+        }
+    }
+
+    pub(crate) fn provider_replayed(&self) -> bool {
+        self.call
+            .as_ref()
+            .is_some_and(|c| c.provider_replay.load(Ordering::Relaxed))
+    }
+}

@@ -1,0 +1,786 @@
+//! Idempotency keys: canonical encoding of key fields ([`KeyPart`]), key
+//! derivation ([`IdemKey`]) and the full-argument fingerprint used to detect
+//! drift.
+//!
+//! # Canonical encoding
+//!
+//! Every value is written as a one-byte type tag followed by a fixed-width or
+//! length-prefixed payload, so two different values (or the same bytes read
+//! as two different types) can never produce the same stream:
+//!
+//! | type | tag | payload |
+//! |---|---|---|
+//! | `bool` | `0x01` | one byte, 0 or 1 |
+//! | `u8` `u16` `u32` `u64` `u128` | `0x02`..`0x06` | big-endian, fixed width |
+//! | `usize` | `0x07` | as `u64`, big-endian (same on every platform) |
+//! | `i8` `i16` `i32` `i64` `i128` | `0x12`..`0x16` | big-endian two's complement |
+//! | `isize` | `0x17` | as `i64` |
+//! | `char` | `0x20` | scalar value as `u32` |
+//! | `str`, `String` | `0x21` | `u64` byte length, UTF-8 bytes |
+//! | `Option<T>` | `0x30` | `0` for `None`; `1` then `T` |
+//! | slices, arrays, `Vec`, `VecDeque` | `0x31` | `u64` count, elements |
+//! | tuples, `()` | `0x32` | `u8` arity, elements |
+//! | `BTreeMap` | `0x33` | `u64` count, key/value pairs in key order |
+//! | `BTreeSet` | `0x34` | `u64` count, elements in order |
+//! | named record ([`KeyEncoder::record`]) | `0x40` | name as `str`, `u8` field count |
+//!
+//! References, `Box`, `Rc`, `Arc` and `Cow` encode as what they point to, so
+//! `&str` and `String` give the same key.
+//!
+//! Changing any of this changes every key ever issued: the golden vectors in
+//! the tests pin it.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// Version of the key derivation. Part of every key.
+pub const KEY_VERSION: u16 = 1;
+
+/// Longest tool-name prefix kept in a key's text.
+const NAME_PREFIX_MAX: usize = 64;
+
+/// A value that can be part of an idempotency key: it has one stable,
+/// canonical byte encoding on every platform and every release.
+///
+/// Implemented for integers, `bool`, `char`, strings, `Option`, sequences,
+/// tuples, `BTreeMap`/`BTreeSet`, and smart pointers to those. Deliberately
+/// **not** implemented for floats (`NaN`, `-0.0` and formatting make equal
+/// amounts encode differently), `HashMap`/`HashSet` (iteration order changes
+/// between runs) and `SystemTime`/`Instant` (a key that changes with the
+/// clock deduplicates nothing).
+///
+/// Implement it for your own types by delegating to their fields:
+///
+/// ```
+/// use idem_runtime::{KeyEncoder, KeyPart};
+///
+/// struct OrderRef { shop: String, number: u64 }
+///
+/// impl KeyPart for OrderRef {
+///     fn encode_key(&self, enc: &mut KeyEncoder) {
+///         enc.record("OrderRef", 2);
+///         self.shop.encode_key(enc);
+///         self.number.encode_key(enc);
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be part of an idempotency key: it has no stable canonical encoding",
+    label = "this key field's type does not implement `idem::KeyPart`",
+    note = "keys must be identical on every attempt, after a restart and on every platform; floats (NaN, -0.0), HashMap/HashSet (random iteration order) and SystemTime/Instant (change every call) cannot guarantee that",
+    note = "use integers (amounts in minor units), strings, BTreeMap/BTreeSet, or implement `idem::KeyPart` for your own type"
+)]
+pub trait KeyPart {
+    /// Writes this value's canonical encoding.
+    fn encode_key(&self, enc: &mut KeyEncoder);
+
+    /// The canonical bytes of this value alone (for inspection and tests).
+    fn canonical_bytes(&self) -> Vec<u8> {
+        let mut enc = KeyEncoder::bytes();
+        self.encode_key(&mut enc);
+        enc.into_bytes()
+    }
+}
+
+/// Receives the canonical encoding of key parts; see the module docs for the
+/// format.
+pub struct KeyEncoder {
+    sink: Sink,
+}
+
+enum Sink {
+    Hash(Sha256),
+    Bytes(Vec<u8>),
+}
+
+impl KeyEncoder {
+    fn hashing() -> Self {
+        KeyEncoder {
+            sink: Sink::Hash(Sha256::new()),
+        }
+    }
+
+    fn bytes() -> Self {
+        KeyEncoder {
+            sink: Sink::Bytes(Vec::new()),
+        }
+    }
+
+    fn into_bytes(self) -> Vec<u8> {
+        match self.sink {
+            Sink::Bytes(b) => b,
+            Sink::Hash(_) => unreachable!("a hashing encoder has no bytes"),
+        }
+    }
+
+    fn digest(self) -> [u8; 32] {
+        match self.sink {
+            Sink::Hash(h) => h.finalize().into(),
+            Sink::Bytes(b) => Sha256::digest(&b).into(),
+        }
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        match &mut self.sink {
+            Sink::Hash(h) => h.update(bytes),
+            Sink::Bytes(b) => b.extend_from_slice(bytes),
+        }
+    }
+
+    fn tagged(&mut self, tag: u8, payload: &[u8]) {
+        self.write(&[tag]);
+        self.write(payload);
+    }
+
+    fn len(&mut self, n: usize) {
+        self.write(&(n as u64).to_be_bytes());
+    }
+
+    /// Starts a string (tag, length, bytes).
+    pub fn str(&mut self, s: &str) {
+        self.write(&[0x21]);
+        self.len(s.len());
+        self.write(s.as_bytes());
+    }
+
+    /// Starts a sequence of `count` elements; write the elements next.
+    pub fn seq(&mut self, count: usize) {
+        self.write(&[0x31]);
+        self.len(count);
+    }
+
+    /// Starts a named record of `fields` fields; write the fields next, in a
+    /// fixed order. Use it for your own types so that two types with the same
+    /// field values still encode differently.
+    pub fn record(&mut self, name: &str, fields: u8) {
+        self.write(&[0x40]);
+        self.str(name);
+        self.write(&[fields]);
+    }
+
+    fn tuple(&mut self, arity: u8) {
+        self.write(&[0x32, arity]);
+    }
+}
+
+macro_rules! key_part_int {
+    ($($t:ty => $tag:expr, $as:ty;)*) => {$(
+        impl KeyPart for $t {
+            fn encode_key(&self, enc: &mut KeyEncoder) {
+                enc.tagged($tag, &(*self as $as).to_be_bytes());
+            }
+        }
+    )*};
+}
+
+key_part_int! {
+    u8 => 0x02, u8;
+    u16 => 0x03, u16;
+    u32 => 0x04, u32;
+    u64 => 0x05, u64;
+    u128 => 0x06, u128;
+    usize => 0x07, u64;
+    i8 => 0x12, i8;
+    i16 => 0x13, i16;
+    i32 => 0x14, i32;
+    i64 => 0x15, i64;
+    i128 => 0x16, i128;
+    isize => 0x17, i64;
+}
+
+impl KeyPart for bool {
+    fn encode_key(&self, enc: &mut KeyEncoder) {
+        enc.tagged(0x01, &[u8::from(*self)]);
+    }
+}
+
+impl KeyPart for char {
+    fn encode_key(&self, enc: &mut KeyEncoder) {
+        enc.tagged(0x20, &u32::from(*self).to_be_bytes());
+    }
+}
+
+impl KeyPart for str {
+    fn encode_key(&self, enc: &mut KeyEncoder) {
+        enc.str(self);
+    }
+}
+
+impl KeyPart for String {
+    fn encode_key(&self, enc: &mut KeyEncoder) {
+        enc.str(self);
+    }
+}
+
+impl<T: KeyPart> KeyPart for Option<T> {
+    fn encode_key(&self, enc: &mut KeyEncoder) {
+        match self {
+            None => enc.tagged(0x30, &[0]),
+            Some(v) => {
+                enc.tagged(0x30, &[1]);
+                v.encode_key(enc);
+            }
+        }
+    }
+}
+
+impl<T: KeyPart> KeyPart for [T] {
+    fn encode_key(&self, enc: &mut KeyEncoder) {
+        enc.seq(self.len());
+        for v in self {
+            v.encode_key(enc);
+        }
+    }
+}
+
+impl<T: KeyPart, const N: usize> KeyPart for [T; N] {
+    fn encode_key(&self, enc: &mut KeyEncoder) {
+        self.as_slice().encode_key(enc);
+    }
+}
+
+impl<T: KeyPart> KeyPart for Vec<T> {
+    fn encode_key(&self, enc: &mut KeyEncoder) {
+        self.as_slice().encode_key(enc);
+    }
+}
+
+impl<T: KeyPart> KeyPart for VecDeque<T> {
+    fn encode_key(&self, enc: &mut KeyEncoder) {
+        enc.seq(self.len());
+        for v in self {
+            v.encode_key(enc);
+        }
+    }
+}
+
+impl<K: KeyPart, V: KeyPart> KeyPart for BTreeMap<K, V> {
+    fn encode_key(&self, enc: &mut KeyEncoder) {
+        enc.tagged(0x33, &(self.len() as u64).to_be_bytes());
+        for (k, v) in self {
+            k.encode_key(enc);
+            v.encode_key(enc);
+        }
+    }
+}
+
+impl<T: KeyPart> KeyPart for BTreeSet<T> {
+    fn encode_key(&self, enc: &mut KeyEncoder) {
+        enc.tagged(0x34, &(self.len() as u64).to_be_bytes());
+        for v in self {
+            v.encode_key(enc);
+        }
+    }
+}
+
+macro_rules! key_part_deref {
+    ($($t:ty),*) => {$(
+        impl<T: KeyPart + ?Sized> KeyPart for $t {
+            fn encode_key(&self, enc: &mut KeyEncoder) {
+                (**self).encode_key(enc);
+            }
+        }
+    )*};
+}
+
+key_part_deref!(&T, &mut T, Box<T>, Rc<T>, Arc<T>);
+
+impl<T: KeyPart + ToOwned + ?Sized> KeyPart for Cow<'_, T> {
+    fn encode_key(&self, enc: &mut KeyEncoder) {
+        (**self).encode_key(enc);
+    }
+}
+
+impl KeyPart for () {
+    fn encode_key(&self, enc: &mut KeyEncoder) {
+        enc.tuple(0);
+    }
+}
+
+macro_rules! key_part_tuple {
+    ($($n:expr => ($($name:ident),+);)*) => {$(
+        impl<$($name: KeyPart),+> KeyPart for ($($name,)+) {
+            #[allow(non_snake_case)]
+            fn encode_key(&self, enc: &mut KeyEncoder) {
+                enc.tuple($n);
+                let ($($name,)+) = self;
+                $($name.encode_key(enc);)+
+            }
+        }
+    )*};
+}
+
+key_part_tuple! {
+    1 => (A);
+    2 => (A, B);
+    3 => (A, B, C);
+    4 => (A, B, C, D);
+    5 => (A, B, C, D, E);
+    6 => (A, B, C, D, E, F);
+    7 => (A, B, C, D, E, F, G);
+    8 => (A, B, C, D, E, F, G, H);
+}
+
+/// The idempotency key of one logical operation.
+///
+/// Derived once, before the first attempt, from the root run, the scope path,
+/// the tool name and the declared key fields; identical on every attempt and
+/// after a restart. Its text (what [`IdemKey::as_str`] returns and what a
+/// provider sees) is `"{tool}-{sha256 hex}-g{generation}"`, at most 141
+/// characters whatever the inputs (Stripe accepts 255). The generation
+/// changes only after the provider rejected the operation, so a provider
+/// that cached the rejection sees a fresh key for the next decision.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct IdemKey {
+    digest: [u8; 32],
+    generation: u32,
+    text: Box<str>,
+}
+
+impl IdemKey {
+    fn new(tool: &str, digest: [u8; 32], generation: u32) -> Self {
+        let mut text = String::with_capacity(NAME_PREFIX_MAX + 80);
+        for c in tool.chars().take(NAME_PREFIX_MAX) {
+            text.push(if c.is_ascii_alphanumeric() || c == '_' {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            });
+        }
+        if text.is_empty() {
+            text.push_str("tool");
+        }
+        text.push('-');
+        push_hex(&mut text, &digest);
+        text.push_str("-g");
+        text.push_str(&generation.to_string());
+        IdemKey {
+            digest,
+            generation,
+            text: text.into_boxed_str(),
+        }
+    }
+
+    /// The key as the provider sees it (e.g. Stripe's `Idempotency-Key`).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The generation: 0 until the provider rejects the operation, then one
+    /// more for each new decision.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// The SHA-256 digest that identifies the operation in the journal
+    /// (the same for every generation).
+    pub fn digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
+
+    /// The tool-name prefix of the key's text.
+    pub fn tool_prefix(&self) -> &str {
+        let end = self.text.len() - 64 - 3 - digits(self.generation);
+        &self.text[..end]
+    }
+
+    /// A key from its parts, as stored in the journal.
+    pub(crate) fn from_parts(tool: &str, digest: [u8; 32], generation: u32) -> IdemKey {
+        IdemKey::new(tool, digest, generation)
+    }
+
+    /// The same operation under another generation.
+    pub(crate) fn with_generation(&self, generation: u32) -> IdemKey {
+        if generation == self.generation {
+            return self.clone();
+        }
+        IdemKey::new(self.tool_prefix(), self.digest, generation)
+    }
+
+    /// Parses a key's text (as shown in escalations, audit events and
+    /// provider logs).
+    pub fn parse(text: &str) -> Result<IdemKey, crate::Error> {
+        let bad = |why: &str| crate::Error::BadKey {
+            key: text.chars().take(300).collect(),
+            reason: why.to_string(),
+        };
+        let (rest, gen) = text.rsplit_once("-g").ok_or_else(|| bad("no `-g<generation>` suffix"))?;
+        let generation: u32 = gen
+            .parse()
+            .map_err(|_| bad("the generation is not a number"))?;
+        if generation.to_string() != gen {
+            return Err(bad("the generation is not in canonical form"));
+        }
+        let (tool, hex) = rest
+            .rsplit_once('-')
+            .ok_or_else(|| bad("no `-<digest>` part"))?;
+        if hex.len() != 64 || tool.is_empty() {
+            return Err(bad("the digest is not 64 hex digits"));
+        }
+        let mut digest = [0u8; 32];
+        for (i, byte) in digest.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+                .map_err(|_| bad("the digest is not 64 hex digits"))?;
+        }
+        let key = IdemKey::new(tool, digest, generation);
+        if &*key.text != text {
+            return Err(bad("not in canonical form (lowercase hex and tool prefix)"));
+        }
+        Ok(key)
+    }
+}
+
+fn digits(mut n: u32) -> usize {
+    let mut d = 1;
+    while n >= 10 {
+        n /= 10;
+        d += 1;
+    }
+    d
+}
+
+pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(HEX[(b >> 4) as usize] as char);
+        out.push(HEX[(b & 15) as usize] as char);
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut s, bytes);
+    s
+}
+
+impl fmt::Display for IdemKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl fmt::Debug for IdemKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IdemKey({})", self.text)
+    }
+}
+
+impl AsRef<str> for IdemKey {
+    fn as_ref(&self) -> &str {
+        &self.text
+    }
+}
+
+impl std::str::FromStr for IdemKey {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        IdemKey::parse(s)
+    }
+}
+
+impl Serialize for IdemKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for IdemKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        IdemKey::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The part of a key that a context contributes: domain, version, root run
+/// and scope path, already absorbed into a hash state so that each call only
+/// hashes its tool name and fields.
+#[derive(Clone)]
+pub(crate) struct KeyPrefix {
+    hasher: Sha256,
+}
+
+impl KeyPrefix {
+    pub(crate) fn new(domain: &str, root: &str, scope: &[Arc<str>]) -> Self {
+        let mut enc = KeyEncoder::hashing();
+        enc.str(domain);
+        KEY_VERSION.encode_key(&mut enc);
+        enc.str(root);
+        enc.seq(scope.len());
+        for s in scope {
+            enc.str(s);
+        }
+        match enc.sink {
+            Sink::Hash(hasher) => KeyPrefix { hasher },
+            Sink::Bytes(_) => unreachable!(),
+        }
+    }
+}
+
+/// Builds the key of one call: the context's prefix, the tool name, then the
+/// key fields in declared order. Used by the code `#[tool]` generates.
+pub struct KeyBuilder {
+    enc: KeyEncoder,
+    tool: &'static str,
+    fields: u32,
+}
+
+impl KeyBuilder {
+    pub(crate) fn new(prefix: &KeyPrefix, tool: &'static str) -> Self {
+        let mut enc = KeyEncoder {
+            sink: Sink::Hash(prefix.hasher.clone()),
+        };
+        enc.str(tool);
+        KeyBuilder {
+            enc,
+            tool,
+            fields: 0,
+        }
+    }
+
+    /// Adds the next key field.
+    pub fn field<K: KeyPart + ?Sized>(mut self, value: &K) -> Self {
+        value.encode_key(&mut self.enc);
+        self.fields += 1;
+        self
+    }
+
+    /// The key, generation 0.
+    pub fn finish(mut self) -> IdemKey {
+        self.fields.encode_key(&mut self.enc);
+        IdemKey::new(self.tool, self.enc.digest(), 0)
+    }
+}
+
+/// The arguments of one call as the journal records them: canonical JSON of
+/// every non-redacted argument, and a SHA-256 fingerprint over them that
+/// detects a later call with the same key but different arguments (drift).
+#[derive(Debug, Clone, Default)]
+pub struct Args {
+    json: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Stand-in recorded for a redacted argument.
+pub const REDACTED: &str = "<redacted>";
+
+impl Args {
+    /// No arguments yet.
+    pub fn new() -> Self {
+        Args::default()
+    }
+
+    /// Records an argument by its serde representation.
+    pub fn serialized<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) {
+        let v = serde_json::to_value(value).unwrap_or_else(|e| {
+            serde_json::Value::String(format!("<unserializable: {e}>"))
+        });
+        self.json.insert(name.to_string(), v);
+    }
+
+    /// Records an argument whose type cannot be serialized: only its type
+    /// name appears in evidence, and it does not take part in drift
+    /// detection.
+    pub fn opaque(&mut self, name: &str, type_name: &str) {
+        self.json.insert(
+            name.to_string(),
+            serde_json::Value::String(format!("<{type_name}>")),
+        );
+    }
+
+    /// Records that an argument is redacted: never written, never
+    /// fingerprinted.
+    pub fn redacted(&mut self, name: &str) {
+        self.json.insert(
+            name.to_string(),
+            serde_json::Value::String(REDACTED.to_string()),
+        );
+    }
+
+    /// The recorded arguments, as canonical JSON (object keys sorted at
+    /// every depth).
+    pub fn to_json(&self) -> String {
+        let mut out = Vec::with_capacity(64);
+        canonical_json(&self.json, &mut out);
+        // Only valid UTF-8 is ever written.
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// SHA-256 over the canonical JSON of the recorded arguments. Object
+    /// keys are sorted explicitly (not left to serde_json's map type, which a
+    /// feature elsewhere in the build can turn into insertion order), so a
+    /// `HashMap` argument fingerprints the same on every call.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(b"idem.args.v1");
+        h.update(self.to_json().as_bytes());
+        h.finalize().into()
+    }
+
+    /// The argument map.
+    pub fn as_map(&self) -> &serde_json::Map<String, serde_json::Value> {
+        &self.json
+    }
+}
+
+fn canonical_json(map: &serde_json::Map<String, serde_json::Value>, out: &mut Vec<u8>) {
+    let mut entries: Vec<_> = map.iter().collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    out.push(b'{');
+    for (i, (k, v)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        // Writing a string or a scalar into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, k);
+        out.push(b':');
+        canonical_value(v, out);
+    }
+    out.push(b'}');
+}
+
+fn canonical_value(v: &serde_json::Value, out: &mut Vec<u8>) {
+    match v {
+        serde_json::Value::Object(m) => canonical_json(m, out),
+        serde_json::Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical_value(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => {
+            let _ = serde_json::to_writer(&mut *out, scalar);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes<K: KeyPart + ?Sized>(k: &K) -> String {
+        hex(&k.canonical_bytes())
+    }
+
+    #[test]
+    fn integers_are_tagged_big_endian_fixed_width() {
+        assert_eq!(bytes(&1u8), "0201");
+        assert_eq!(bytes(&1u16), "030001");
+        assert_eq!(bytes(&0x0102_0304u32), "0401020304");
+        assert_eq!(bytes(&1u64), "050000000000000001");
+        assert_eq!(bytes(&1usize), "070000000000000001");
+        assert_eq!(bytes(&-1i32), "14ffffffff");
+        assert_eq!(bytes(&-2isize), "17fffffffffffffffe");
+        assert_eq!(bytes(&1u128), format!("06{}01", "00".repeat(15)));
+    }
+
+    #[test]
+    fn same_value_different_width_differs() {
+        assert_ne!(bytes(&7u32), bytes(&7u64));
+        assert_ne!(bytes(&7u64), bytes(&7i64));
+    }
+
+    #[test]
+    fn strings_are_length_prefixed_and_refs_are_transparent() {
+        assert_eq!(bytes("ab"), "2100000000000000026162");
+        assert_eq!(bytes(&String::from("ab")), bytes("ab"));
+        assert_eq!(bytes(&&"ab"), bytes("ab"));
+        assert_eq!(bytes(&Box::<str>::from("ab")), bytes("ab"));
+        assert_eq!(bytes(&Arc::<str>::from("ab")), bytes("ab"));
+        assert_eq!(bytes(&Cow::Borrowed("ab")), bytes("ab"));
+    }
+
+    #[test]
+    fn concatenation_is_unambiguous() {
+        // ("ab", "c") and ("a", "bc") must differ: lengths are prefixed.
+        assert_ne!(bytes(&("ab", "c")), bytes(&("a", "bc")));
+        assert_ne!(bytes(&vec!["a", "b"]), bytes(&vec!["ab"]));
+        assert_ne!(bytes(&Some(0u8)), bytes(&None::<u8>));
+        assert_ne!(bytes(&Some(Some(1u8))), bytes(&Some(1u8)));
+    }
+
+    #[test]
+    fn collections() {
+        assert_eq!(bytes(&vec![1u8, 2]), "31000000000000000202010202");
+        assert_eq!(bytes(&[1u8, 2]), bytes(&vec![1u8, 2]));
+        assert_eq!(bytes(&[1u8, 2][..]), bytes(&vec![1u8, 2]));
+        assert_eq!(bytes(&(1u8, true)), "320202010101");
+        assert_eq!(bytes(&()), "3200");
+        assert_eq!(bytes(&true), "0101");
+        assert_eq!(bytes(&'A'), "2000000041");
+        let mut m = BTreeMap::new();
+        m.insert("b", 2u8);
+        m.insert("a", 1u8);
+        assert_eq!(
+            bytes(&m),
+            "330000000000000002\
+             21000000000000000161\
+             0201\
+             21000000000000000162\
+             0202"
+        );
+        let s: BTreeSet<u8> = [3, 1].into_iter().collect();
+        assert_eq!(bytes(&s), "34000000000000000202010203");
+        assert_eq!(bytes(&VecDeque::from(vec![1u8, 2])), bytes(&vec![1u8, 2]));
+    }
+
+    #[test]
+    fn key_text_round_trips_and_is_bounded() {
+        let prefix = KeyPrefix::new("idem.key", "run", &[]);
+        let long = Box::leak("x".repeat(10_000).into_boxed_str());
+        let key = KeyBuilder::new(&prefix, long).field(&"y".repeat(100_000)).finish();
+        assert!(key.as_str().len() <= 255);
+        assert_eq!(key.as_str().len(), 64 + 1 + 64 + 3);
+        assert_eq!(IdemKey::parse(key.as_str()).unwrap(), key);
+        let g7 = key.with_generation(7);
+        assert_eq!(IdemKey::parse(g7.as_str()).unwrap(), g7);
+        assert_eq!(g7.digest(), key.digest());
+        assert_eq!(g7.tool_prefix(), key.tool_prefix());
+        assert!(IdemKey::parse("nope").is_err());
+        assert!(IdemKey::parse(&key.as_str().replace("-g0", "-g00")).is_err());
+        assert!(IdemKey::parse(&key.as_str().to_uppercase()).is_err());
+    }
+
+    #[test]
+    fn odd_tool_names_are_sanitized() {
+        let prefix = KeyPrefix::new("idem.key", "run", &[]);
+        let key = KeyBuilder::new(&prefix, "Send Email/v2").finish();
+        assert!(key.as_str().starts_with("send_email_v2-"));
+        let key = KeyBuilder::new(&prefix, "").finish();
+        assert!(key.as_str().starts_with("tool-"));
+        assert_eq!(IdemKey::parse(key.as_str()).unwrap(), key);
+    }
+
+    #[test]
+    fn fingerprint_ignores_map_order_and_redacted_values() {
+        use std::collections::HashMap;
+        let mut a = HashMap::new();
+        let mut b = HashMap::new();
+        for i in 0..50u32 {
+            a.insert(i.to_string(), i);
+        }
+        for i in (0..50u32).rev() {
+            b.insert(i.to_string(), i);
+        }
+        let mut x = Args::new();
+        x.serialized("m", &a);
+        x.redacted("card");
+        let mut y = Args::new();
+        y.redacted("card");
+        y.serialized("m", &b);
+        assert_eq!(x.fingerprint(), y.fingerprint());
+        let mut z = Args::new();
+        z.serialized("m", &a);
+        z.serialized("card", "4242");
+        assert_ne!(x.fingerprint(), z.fingerprint());
+        assert!(!x.to_json().contains("4242"));
+    }
+}

@@ -1,0 +1,340 @@
+//! The stored form of an operation, and its versioned, checksummed encoding.
+//!
+//! Every value idem stores is framed as
+//! `[kind: u8][format version: u8][crc32 of body: u32 LE][body: bincode 2]`.
+//! A frame that is too short, has the wrong kind, fails its checksum or does
+//! not decode is [`Error::Corrupt`]: never treated as absent. A newer format
+//! version is [`Error::RecordVersion`]: never guessed at.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::class::Class;
+use crate::error::Error;
+
+/// Version of the record format written by this build.
+pub(crate) const RECORD_VERSION: u8 = 1;
+
+/// Largest body bincode may decode; a corrupt length prefix cannot make it
+/// allocate more than this.
+const DECODE_LIMIT: usize = 16 << 20;
+
+/// What kind of value a frame holds, so that a value of one kind is never
+/// decoded as another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Op = 0x4f,    // 'O'
+    Event = 0x45, // 'E'
+    Step = 0x53,  // 'S'
+    Meta = 0x4d,  // 'M'
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Op => "operation record",
+            Kind::Event => "audit event",
+            Kind::Step => "step record",
+            Kind::Meta => "journal metadata",
+        }
+    }
+}
+
+/// Where an operation stands. The engine's state machine moves between
+/// these; see `engine.rs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum State {
+    /// An attempt may be in progress or may have reached the provider.
+    Intent,
+    /// Between attempts: the last attempt provably did not land (or `verify`
+    /// said so unless `maybe_landed`), a retry is due.
+    Waiting,
+    /// Done; the result is recorded and replayed.
+    Committed { result: String, via: Via },
+    /// The provider refused it; the next call is a new decision under the
+    /// next generation.
+    Rejected { error: String },
+    /// Every attempt provably failed to land and the budget is spent; the
+    /// next call starts a fresh budget.
+    Failed { error: String },
+    /// Parked for a human.
+    Escalated,
+    /// An operator said: run it again.
+    Reissue,
+    /// An operator said: never run it.
+    Abandoned,
+}
+
+impl State {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            State::Intent => "intent",
+            State::Waiting => "waiting",
+            State::Committed { .. } => "committed",
+            State::Rejected { .. } => "rejected",
+            State::Failed { .. } => "failed",
+            State::Escalated => "escalated",
+            State::Reissue => "reissue",
+            State::Abandoned => "abandoned",
+        }
+    }
+}
+
+/// How a committed result was learned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Via {
+    Call,
+    Verify,
+    Operator,
+}
+
+/// Why and when an operation was escalated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct EscalationInfo {
+    pub reason: String,
+    pub at_ms: u64,
+}
+
+/// An operator's decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ResolutionInfo {
+    pub kind: String,
+    pub note: String,
+    pub at_ms: u64,
+}
+
+/// One logical operation, keyed by its key digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct OpRecord {
+    pub tool: String,
+    pub class: Class,
+    pub root_run: String,
+    pub scope: Vec<String>,
+    pub generation: u32,
+    pub state: State,
+    /// Attempts started in this generation. Written (and synced) before each
+    /// attempt, so a crash loop cannot reset the budget.
+    pub attempts: u32,
+    /// When the first attempt of this generation started (ms since epoch):
+    /// `max_elapsed` and the dedupe window count from here across restarts.
+    pub first_attempt_ms: u64,
+    pub updated_ms: u64,
+    /// Some attempt of this generation may have reached the provider and
+    /// nothing has settled whether it landed.
+    pub maybe_landed: bool,
+    pub fingerprint: [u8; 32],
+    /// Non-redacted arguments as canonical JSON, for evidence.
+    pub args: String,
+    pub last_error: Option<String>,
+    pub verify_answer: Option<String>,
+    /// Incarnation of the process that last wrote the record.
+    pub owner: u64,
+    pub escalation: Option<EscalationInfo>,
+    pub resolution: Option<ResolutionInfo>,
+}
+
+/// A memoized step result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StepRecord {
+    pub name: String,
+    pub root_run: String,
+    pub value: String,
+    pub at_ms: u64,
+}
+
+/// What identifies a journal directory as ours.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Meta {
+    pub magic: String,
+    pub format: u32,
+    pub created_ms: u64,
+}
+
+pub(crate) const MAGIC: &str = "idem-journal";
+pub(crate) const FORMAT: u32 = 1;
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<DECODE_LIMIT>()
+}
+
+/// Frames a value of `kind`.
+pub(crate) fn encode<T: Serialize>(kind: Kind, value: &T) -> Result<Vec<u8>, Error> {
+    let mut out = vec![kind as u8, RECORD_VERSION, 0, 0, 0, 0];
+    bincode::serde::encode_into_std_write(value, &mut out, config()).map_err(|e| Error::Result {
+        key: kind.name().to_string(),
+        op: "encoded",
+        detail: e.to_string(),
+    })?;
+    let crc = crc32(&out[6..]);
+    out[2..6].copy_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+/// Decodes a frame of `kind`; `key` is used in error messages only.
+pub(crate) fn decode<T: DeserializeOwned>(
+    kind: Kind,
+    bytes: &[u8],
+    location: &str,
+    key: &[u8],
+) -> Result<T, Error> {
+    let corrupt = |detail: String| Error::Corrupt {
+        what: kind.name(),
+        location: location.to_string(),
+        key: crate::key::hex(key),
+        detail,
+    };
+    if bytes.len() < 6 {
+        return Err(corrupt(format!("{} bytes is shorter than a frame header", bytes.len())));
+    }
+    if bytes[0] != kind as u8 {
+        return Err(corrupt(format!("frame kind {:#04x}, expected {:#04x}", bytes[0], kind as u8)));
+    }
+    if bytes[1] > RECORD_VERSION {
+        return Err(Error::RecordVersion {
+            what: kind.name(),
+            key: crate::key::hex(key),
+            found: bytes[1],
+            supported: RECORD_VERSION,
+        });
+    }
+    if bytes[1] == 0 {
+        return Err(corrupt("format version 0 does not exist".to_string()));
+    }
+    let stored = u32::from_le_bytes([bytes[2], bytes[3], bytes[4], bytes[5]]);
+    let body = &bytes[6..];
+    let actual = crc32(body);
+    if stored != actual {
+        return Err(corrupt(format!("checksum mismatch (stored {stored:08x}, computed {actual:08x})")));
+    }
+    let (value, read) = bincode::serde::decode_from_slice(body, config())
+        .map_err(|e| corrupt(format!("undecodable body: {e}")))?;
+    if read != body.len() {
+        return Err(corrupt(format!("{} trailing bytes after the body", body.len() - read)));
+    }
+    Ok(value)
+}
+
+/// CRC-32 (IEEE, reflected), table-driven.
+fn crc32(data: &[u8]) -> u32 {
+    const TABLE: [u32; 256] = {
+        let mut table = [0u32; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut c = i as u32;
+            let mut k = 0;
+            while k < 8 {
+                c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+                k += 1;
+            }
+            table[i] = c;
+            i += 1;
+        }
+        table
+    };
+    let mut crc = !0u32;
+    for &b in data {
+        crc = TABLE[((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
+    }
+    !crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> OpRecord {
+        OpRecord {
+            tool: "send_email".into(),
+            class: Class::Journal,
+            root_run: "order-1".into(),
+            scope: vec!["a".into()],
+            generation: 2,
+            state: State::Committed {
+                result: "{\"id\":1}".into(),
+                via: Via::Verify,
+            },
+            attempts: 3,
+            first_attempt_ms: 1_700_000_000_000,
+            updated_ms: 1_700_000_000_500,
+            maybe_landed: false,
+            fingerprint: [7; 32],
+            args: "{\"to\":\"a@b\"}".into(),
+            last_error: Some("timeout".into()),
+            verify_answer: Some("landed".into()),
+            owner: 99,
+            escalation: None,
+            resolution: Some(ResolutionInfo {
+                kind: "landed".into(),
+                note: "checked".into(),
+                at_ms: 5,
+            }),
+        }
+    }
+
+    #[test]
+    fn crc32_known_answer() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(b""), 0);
+    }
+
+    #[test]
+    fn round_trip() {
+        let r = sample();
+        let bytes = encode(Kind::Op, &r).unwrap();
+        let back: OpRecord = decode(Kind::Op, &bytes, "mem", b"k").unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn every_truncation_and_bit_flip_is_an_error() {
+        let bytes = encode(Kind::Op, &sample()).unwrap();
+        for len in 0..bytes.len() {
+            let err = decode::<OpRecord>(Kind::Op, &bytes[..len], "mem", b"k").unwrap_err();
+            assert!(matches!(err, Error::Corrupt { .. }), "len {len}: {err}");
+        }
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut b = bytes.clone();
+                b[i] ^= 1 << bit;
+                let res = decode::<OpRecord>(Kind::Op, &b, "mem", b"k");
+                assert!(
+                    matches!(res, Err(Error::Corrupt { .. }) | Err(Error::RecordVersion { .. })),
+                    "flip {i}/{bit} decoded"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn wrong_kind_and_future_version_are_refused() {
+        let bytes = encode(Kind::Event, &sample()).unwrap();
+        assert!(matches!(
+            decode::<OpRecord>(Kind::Op, &bytes, "mem", b"k"),
+            Err(Error::Corrupt { .. })
+        ));
+        let mut bytes = encode(Kind::Op, &sample()).unwrap();
+        bytes[1] = RECORD_VERSION + 1;
+        let err = decode::<OpRecord>(Kind::Op, &bytes, "mem", b"k").unwrap_err();
+        assert!(matches!(err, Error::RecordVersion { found, .. } if found == RECORD_VERSION + 1));
+    }
+
+    #[test]
+    fn random_bytes_never_panic_or_decode() {
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 300) as usize;
+            let mut b: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if len > 1 && next() % 2 == 0 {
+                b[0] = Kind::Op as u8;
+                b[1] = RECORD_VERSION;
+            }
+            assert!(decode::<OpRecord>(Kind::Op, &b, "mem", b"k").is_err());
+        }
+    }
+}
