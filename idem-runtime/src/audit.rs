@@ -263,11 +263,7 @@ impl AuditLog {
 
     /// Appends an event (durable at the journal's next sync), publishes it
     /// to subscribers and to `tracing`.
-    pub(crate) fn emit(
-        &self,
-        journal: &dyn Journal,
-        mut event: AuditEvent,
-    ) -> Result<u64, Error> {
+    pub(crate) fn emit(&self, journal: &dyn Journal, mut event: AuditEvent) -> Result<u64, Error> {
         let bytes = record::encode(Kind::Event, &event)?;
         event.seq = journal.append(Space::Audit, &bytes)?;
         tracing::info!(
@@ -308,7 +304,8 @@ impl AuditLog {
             .scan(Space::Audit, &from.to_be_bytes())
             .map(move |item| {
                 let (k, v) = item?;
-                let mut event: AuditEvent = record::decode(Kind::Event, &v, journal.location(), &k)?;
+                let mut event: AuditEvent =
+                    record::decode(Kind::Event, &v, journal.location(), &k)?;
                 let seq: [u8; 8] = k.as_slice().try_into().map_err(|_| Error::Corrupt {
                     what: "audit event",
                     location: journal.location().to_string(),
@@ -325,7 +322,12 @@ impl AuditLog {
         for event in Self::read(journal, 0) {
             stats.record(&event?);
         }
-        for (tool, n) in self.read_only.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for (tool, n) in self
+            .read_only
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
             stats.tools.entry((*tool).to_string()).or_default().calls += n;
         }
         Ok(stats)

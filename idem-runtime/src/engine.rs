@@ -141,12 +141,17 @@ where
         }
         shared.audit.emit(
             &*shared.journal,
-            event(ctx, tool, None, EventKind::Retry {
-                attempt: attempts,
-                delay_ms: delay.as_millis() as u64,
-                failure: failure.label().into(),
-                error: text,
-            }),
+            event(
+                ctx,
+                tool,
+                None,
+                EventKind::Retry {
+                    attempt: attempts,
+                    delay_ms: delay.as_millis() as u64,
+                    failure: failure.label().into(),
+                    error: text,
+                },
+            ),
         )?;
         tokio::time::sleep(delay).await;
     }
@@ -234,7 +239,12 @@ impl<'a> Op<'a> {
 
     /// The operation as the journal has it, or a blank one. A record that
     /// cannot be decoded is an error, never "absent".
-    fn load(ctx: &'a Ctx, tool: &'static ToolDescriptor, key: &IdemKey, args: &Args) -> Result<Self, Error> {
+    fn load(
+        ctx: &'a Ctx,
+        tool: &'static ToolDescriptor,
+        key: &IdemKey,
+        args: &Args,
+    ) -> Result<Self, Error> {
         let mut op = Op::blank(ctx, tool, key, args);
         let journal = &*op.shared.journal;
         if let Some(bytes) = journal.get(Space::Ops, key.digest())? {
@@ -417,7 +427,9 @@ impl<'a> Op<'a> {
             let outcome = run_attempt(self.tool, attempt(call_ctx.clone())).await;
             let (failure, err, text) = match outcome {
                 Ok(Ok(v)) => {
-                    return self.commit(v, Via::Call, n, call_ctx.provider_replayed()).await;
+                    return self
+                        .commit(v, Via::Call, n, call_ctx.provider_replayed())
+                        .await;
                 }
                 Ok(Err(e)) => {
                     let text = format!("{e:?}");
@@ -450,7 +462,10 @@ impl<'a> Op<'a> {
             last = Last { err, text };
 
             let now = self.shared.clock.now_ms();
-            let delay = self.tool.retry.delay(n, self.shared.jitter.unit(), failure.retry_after());
+            let delay = self
+                .tool
+                .retry
+                .delay(n, self.shared.jitter.unit(), failure.retry_after());
             let spent = self.budget_spent(now, delay);
             let verifying = self.needs_verify(failure);
             // Not synced: if this is lost in a crash, the durable INTENT is
@@ -507,11 +522,16 @@ impl<'a> Op<'a> {
         }
         let elapsed = Duration::from_millis(now.saturating_sub(self.rec.first_attempt_ms)) + after;
         if attempts >= policy.max_attempts {
-            return Some(format!("{attempts} of {} attempts made", policy.max_attempts));
+            return Some(format!(
+                "{attempts} of {} attempts made",
+                policy.max_attempts
+            ));
         }
         if let Some(max) = policy.max_elapsed {
             if elapsed > max {
-                return Some(format!("max_elapsed {max:?} passed since the first attempt"));
+                return Some(format!(
+                    "max_elapsed {max:?} passed since the first attempt"
+                ));
             }
         }
         // A key the provider no longer remembers deduplicates nothing.
@@ -667,10 +687,11 @@ impl<'a> Op<'a> {
         if let Err(e) = index {
             return e.into();
         }
-        match self.finish(EventKind::Escalated {
-            reason: reason.clone(),
-        })
-        .await
+        match self
+            .finish(EventKind::Escalated {
+                reason: reason.clone(),
+            })
+            .await
         {
             Ok(()) => ToolError::Escalated {
                 key: self.key.clone(),
@@ -768,7 +789,10 @@ impl<'a> Op<'a> {
     fn emit(&self, kind: EventKind) -> Result<(), Error> {
         self.shared
             .audit
-            .emit(&*self.shared.journal, event(self.ctx, self.tool, Some(&self.key), kind))
+            .emit(
+                &*self.shared.journal,
+                event(self.ctx, self.tool, Some(&self.key), kind),
+            )
             .map(|_| ())
     }
 }
@@ -792,7 +816,9 @@ where
 {
     let shared = ctx.shared();
     let journal = &*shared.journal;
-    let key = KeyBuilder::new(ctx.prefix(), "idem.step").field(name).finish();
+    let key = KeyBuilder::new(ctx.prefix(), "idem.step")
+        .field(name)
+        .finish();
     let digest = key.digest();
     let emit = |kind: EventKind| {
         shared.audit.emit(

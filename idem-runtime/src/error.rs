@@ -10,7 +10,9 @@ use crate::key::IdemKey;
 #[non_exhaustive]
 pub enum Error {
     /// Another process (or another `Runtime` in this one) holds the journal.
-    #[error("journal in use: {path} is held by another process (sled allows one process per journal)")]
+    #[error(
+        "journal in use: {path} is held by another process (sled allows one process per journal)"
+    )]
     InUse {
         /// The journal directory.
         path: PathBuf,
@@ -120,7 +122,11 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn storage(op: &'static str, location: &str, detail: impl std::fmt::Display) -> Self {
+    pub(crate) fn storage(
+        op: &'static str,
+        location: &str,
+        detail: impl std::fmt::Display,
+    ) -> Self {
         Error::Storage {
             op,
             location: location.to_string(),

@@ -410,7 +410,9 @@ impl IdemKey {
             key: text.chars().take(300).collect(),
             reason: why.to_string(),
         };
-        let (rest, gen) = text.rsplit_once("-g").ok_or_else(|| bad("no `-g<generation>` suffix"))?;
+        let (rest, gen) = text
+            .rsplit_once("-g")
+            .ok_or_else(|| bad("no `-g<generation>` suffix"))?;
         let generation: u32 = gen
             .parse()
             .map_err(|_| bad("the generation is not a number"))?;
@@ -576,9 +578,8 @@ impl Args {
 
     /// Records an argument by its serde representation.
     pub fn serialized<T: Serialize + ?Sized>(&mut self, name: &str, value: &T) {
-        let v = serde_json::to_value(value).unwrap_or_else(|e| {
-            serde_json::Value::String(format!("<unserializable: {e}>"))
-        });
+        let v = serde_json::to_value(value)
+            .unwrap_or_else(|e| serde_json::Value::String(format!("<unserializable: {e}>")));
         self.json.insert(name.to_string(), v);
     }
 
@@ -736,7 +737,9 @@ mod tests {
     fn key_text_round_trips_and_is_bounded() {
         let prefix = KeyPrefix::new("idem.key", "run", &[]);
         let long = Box::leak("x".repeat(10_000).into_boxed_str());
-        let key = KeyBuilder::new(&prefix, long).field(&"y".repeat(100_000)).finish();
+        let key = KeyBuilder::new(&prefix, long)
+            .field(&"y".repeat(100_000))
+            .finish();
         assert!(key.as_str().len() <= 255);
         assert_eq!(key.as_str().len(), 64 + 1 + 64 + 3);
         assert_eq!(IdemKey::parse(key.as_str()).unwrap(), key);

@@ -160,10 +160,12 @@ fn config() -> impl bincode::config::Config {
 /// Frames a value of `kind`.
 pub(crate) fn encode<T: Serialize>(kind: Kind, value: &T) -> Result<Vec<u8>, Error> {
     let mut out = vec![kind as u8, RECORD_VERSION, 0, 0, 0, 0];
-    bincode::serde::encode_into_std_write(value, &mut out, config()).map_err(|e| Error::Result {
-        key: kind.name().to_string(),
-        op: "encoded",
-        detail: e.to_string(),
+    bincode::serde::encode_into_std_write(value, &mut out, config()).map_err(|e| {
+        Error::Result {
+            key: kind.name().to_string(),
+            op: "encoded",
+            detail: e.to_string(),
+        }
     })?;
     let crc = crc32(&out[6..]);
     out[2..6].copy_from_slice(&crc.to_le_bytes());
@@ -184,10 +186,16 @@ pub(crate) fn decode<T: DeserializeOwned>(
         detail,
     };
     if bytes.len() < 6 {
-        return Err(corrupt(format!("{} bytes is shorter than a frame header", bytes.len())));
+        return Err(corrupt(format!(
+            "{} bytes is shorter than a frame header",
+            bytes.len()
+        )));
     }
     if bytes[0] != kind as u8 {
-        return Err(corrupt(format!("frame kind {:#04x}, expected {:#04x}", bytes[0], kind as u8)));
+        return Err(corrupt(format!(
+            "frame kind {:#04x}, expected {:#04x}",
+            bytes[0], kind as u8
+        )));
     }
     if bytes[1] > RECORD_VERSION {
         return Err(Error::RecordVersion {
@@ -204,12 +212,17 @@ pub(crate) fn decode<T: DeserializeOwned>(
     let body = &bytes[6..];
     let actual = crc32(body);
     if stored != actual {
-        return Err(corrupt(format!("checksum mismatch (stored {stored:08x}, computed {actual:08x})")));
+        return Err(corrupt(format!(
+            "checksum mismatch (stored {stored:08x}, computed {actual:08x})"
+        )));
     }
     let (value, read) = bincode::serde::decode_from_slice(body, config())
         .map_err(|e| corrupt(format!("undecodable body: {e}")))?;
     if read != body.len() {
-        return Err(corrupt(format!("{} trailing bytes after the body", body.len() - read)));
+        return Err(corrupt(format!(
+            "{} trailing bytes after the body",
+            body.len() - read
+        )));
     }
     Ok(value)
 }
@@ -223,7 +236,11 @@ fn crc32(data: &[u8]) -> u32 {
             let mut c = i as u32;
             let mut k = 0;
             while k < 8 {
-                c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
                 k += 1;
             }
             table[i] = c;
@@ -298,7 +315,10 @@ mod tests {
                 b[i] ^= 1 << bit;
                 let res = decode::<OpRecord>(Kind::Op, &b, "mem", b"k");
                 assert!(
-                    matches!(res, Err(Error::Corrupt { .. }) | Err(Error::RecordVersion { .. })),
+                    matches!(
+                        res,
+                        Err(Error::Corrupt { .. }) | Err(Error::RecordVersion { .. })
+                    ),
                     "flip {i}/{bit} decoded"
                 );
             }

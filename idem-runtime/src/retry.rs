@@ -125,7 +125,10 @@ mod tests {
     fn temporal_defaults_double_and_cap_at_100x() {
         let p = no_jitter();
         let secs: Vec<f64> = (1..=10).map(|a| p.base_delay(a).as_secs_f64()).collect();
-        assert_eq!(secs, [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0, 100.0, 100.0]);
+        assert_eq!(
+            secs,
+            [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 100.0, 100.0, 100.0]
+        );
         assert_eq!(p.base_delay(u32::MAX), Duration::from_secs(100));
     }
 
@@ -169,8 +172,14 @@ mod tests {
     #[test]
     fn retry_after_is_a_floor() {
         let p = no_jitter();
-        assert_eq!(p.delay(1, 0.0, Some(Duration::from_secs(30))), Duration::from_secs(30));
-        assert_eq!(p.delay(4, 0.0, Some(Duration::from_secs(3))), Duration::from_secs(8));
+        assert_eq!(
+            p.delay(1, 0.0, Some(Duration::from_secs(30))),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            p.delay(4, 0.0, Some(Duration::from_secs(3))),
+            Duration::from_secs(8)
+        );
     }
 
     #[test]

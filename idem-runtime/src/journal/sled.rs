@@ -3,9 +3,7 @@
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex};
 
 use tokio::sync::oneshot;
 
@@ -43,13 +41,34 @@ pub struct SledJournal {
     location: String,
     path: PathBuf,
     data_file: Arc<File>,
-    syncer: Mutex<Option<mpsc::Sender<oneshot::Sender<Result<(), String>>>>>,
-    thread: Option<JoinHandle<()>>,
+    commit: Arc<GroupCommit>,
+}
+
+/// Group commit: callers queue a waiter; whoever finds no flusher running
+/// starts one on tokio's blocking pool. The flusher takes every waiter queued
+/// so far, flushes once, answers them all, and goes again until the queue is
+/// empty. Callers arriving during a flush share the next one.
+///
+/// The blocking pool (rather than a thread of our own) matters for tests: a
+/// paused tokio clock does not auto-advance while blocking work is running,
+/// so timers cannot fire "during" an fsync.
+#[derive(Default)]
+struct GroupCommit {
+    state: Mutex<CommitState>,
+    idle: Condvar,
+}
+
+#[derive(Default)]
+struct CommitState {
+    flushing: bool,
+    waiters: Vec<oneshot::Sender<Result<(), String>>>,
 }
 
 impl std::fmt::Debug for SledJournal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SledJournal").field("path", &self.path).finish()
+        f.debug_struct("SledJournal")
+            .field("path", &self.path)
+            .finish()
     }
 }
 
@@ -172,16 +191,9 @@ impl SledJournal {
         // device's write cache nor the file size. An fdatasync on the same
         // inode closes that gap; any descriptor of the file will do.
         let data_file = Arc::new(
-            File::open(path.join("db")).map_err(|e| Error::storage("open data file", &location, e))?,
+            File::open(path.join("db"))
+                .map_err(|e| Error::storage("open data file", &location, e))?,
         );
-
-        let (tx, rx) = mpsc::channel::<oneshot::Sender<Result<(), String>>>();
-        let thread_db = db.clone();
-        let thread_file = data_file.clone();
-        let thread = std::thread::Builder::new()
-            .name("idem-group-commit".into())
-            .spawn(move || group_commit(rx, thread_db, thread_file))
-            .map_err(|e| Error::storage("start group commit", &location, e))?;
 
         Ok(SledJournal {
             db,
@@ -189,8 +201,7 @@ impl SledJournal {
             location,
             path,
             data_file,
-            syncer: Mutex::new(Some(tx)),
-            thread: Some(thread),
+            commit: Arc::default(),
         })
     }
 
@@ -224,20 +235,27 @@ fn map_open_error(e: sled::Error, path: &Path) -> Error {
     }
 }
 
-/// One physical flush serves every request that arrived before it started.
-fn group_commit(
-    rx: mpsc::Receiver<oneshot::Sender<Result<(), String>>>,
-    db: sled::Db,
-    file: Arc<File>,
-) {
-    let mut batch = Vec::new();
-    while let Ok(first) = rx.recv() {
-        batch.push(first);
-        while let Ok(more) = rx.try_recv() {
-            batch.push(more);
-        }
-        let result = flush(&db, &file).map_err(|e| e.to_string());
-        for waiter in batch.drain(..) {
+/// The flusher: runs on the blocking pool until no waiter is left.
+fn flush_loop(commit: Arc<GroupCommit>, db: sled::Db, file: Arc<File>) {
+    let mut resources = Some((db, file));
+    loop {
+        let batch = {
+            let mut state = commit.state.lock().unwrap_or_else(|p| p.into_inner());
+            if state.waiters.is_empty() {
+                // Release our handles on the database before saying we are
+                // idle, so that dropping the journal releases its lock.
+                drop(resources.take());
+                state.flushing = false;
+                commit.idle.notify_all();
+                return;
+            }
+            std::mem::take(&mut state.waiters)
+        };
+        let result = match &resources {
+            Some((db, file)) => flush(db, file).map_err(|e| e.to_string()),
+            None => Err("the journal was closed".to_string()),
+        };
+        for waiter in batch {
             // A waiter whose call was dropped no longer listens; fine.
             let _ = waiter.send(result.clone());
         }
@@ -313,22 +331,35 @@ impl Journal for SledJournal {
 
     fn sync(&self) -> SyncFuture {
         let (tx, rx) = oneshot::channel();
-        let sent = self
-            .syncer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map(|s| s.send(tx).is_ok())
-            .unwrap_or(false);
+        let start = {
+            let mut state = self.commit.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.waiters.push(tx);
+            !std::mem::replace(&mut state.flushing, true)
+        };
         let location = self.location.clone();
-        Box::pin(async move {
-            if !sent {
-                return Err(Error::storage("sync", &location, "the group commit thread has stopped"));
+        let stopped = |location: &str| Error::storage("sync", location, "the flusher stopped");
+        let started = if start {
+            let (commit, db, file) = (self.commit.clone(), self.db.clone(), self.data_file.clone());
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    handle.spawn_blocking(move || flush_loop(commit, db, file));
+                    Ok(())
+                }
+                Err(_) => {
+                    // Outside tokio: flush on this thread.
+                    flush_loop(commit, db, file);
+                    Ok(())
+                }
             }
+        } else {
+            Ok(())
+        };
+        Box::pin(async move {
+            started?;
             match rx.await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(Error::storage("sync", &location, e)),
-                Err(_) => Err(Error::storage("sync", &location, "the group commit thread has stopped")),
+                Err(_) => Err(stopped(&location)),
             }
         })
     }
@@ -344,12 +375,96 @@ impl Journal for SledJournal {
 
 impl Drop for SledJournal {
     fn drop(&mut self) {
-        // Stop the group commit thread and wait for it, so that its clone of
-        // the database is gone and the directory lock is released when the
-        // caller's last handle is.
-        self.syncer.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        // Wait for a running flusher to let go of its database handle, so
+        // that the directory lock is released with the caller's last handle.
+        let mut state = self.commit.state.lock().unwrap_or_else(|p| p.into_inner());
+        while state.flushing {
+            state = self
+                .commit
+                .idle
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_format_version_is_refused_and_left_alone() {
+        let dir = tempfile::TempDir::new().unwrap();
+        {
+            let j = SledJournal::open(dir.path()).unwrap();
+            let meta = Meta {
+                magic: record::MAGIC.to_string(),
+                format: record::FORMAT + 1,
+                created_ms: 0,
+            };
+            j.insert(
+                Space::Meta,
+                b"meta",
+                &record::encode(Kind::Meta, &meta).unwrap(),
+            )
+            .unwrap();
+            j.sync_blocking().unwrap();
+        }
+        let err = SledJournal::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(err, Error::UnsupportedFormat { found, supported, .. } if found == record::FORMAT + 1 && supported == record::FORMAT),
+            "{err}"
+        );
+        assert!(err.to_string().contains(&dir.path().display().to_string()));
+        // Still refused: nothing was rewritten by the failed open.
+        assert!(matches!(
+            SledJournal::open(dir.path()),
+            Err(Error::UnsupportedFormat { .. })
+        ));
+    }
+
+    #[test]
+    fn corrupt_metadata_is_refused() {
+        let dir = tempfile::TempDir::new().unwrap();
+        {
+            let j = SledJournal::open(dir.path()).unwrap();
+            j.insert(Space::Meta, b"meta", b"garbage").unwrap();
+            j.sync_blocking().unwrap();
+        }
+        let err = SledJournal::open(dir.path()).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_foreign_sled_database_is_not_adopted() {
+        let dir = tempfile::TempDir::new().unwrap();
+        {
+            let db = sled::open(dir.path()).unwrap();
+            db.insert(b"someone", b"else's data").unwrap();
+            db.flush().unwrap();
+        }
+        let err = SledJournal::open(dir.path()).unwrap_err();
+        assert!(matches!(err, Error::NotAJournal { .. }), "{err}");
+        let db = sled::open(dir.path()).unwrap();
+        assert_eq!(db.get(b"someone").unwrap().unwrap(), &b"else's data"[..]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_syncs_share_flushes() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let j = Arc::new(SledJournal::open(dir.path()).unwrap());
+        let mut tasks = Vec::new();
+        for i in 0..64u32 {
+            let j = j.clone();
+            tasks.push(tokio::spawn(async move {
+                j.insert(Space::Steps, &i.to_be_bytes(), b"x").unwrap();
+                j.sync().await.unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // Every sync answered; all writes are visible.
+        assert_eq!(j.scan(Space::Steps, &[]).count(), 64);
     }
 }

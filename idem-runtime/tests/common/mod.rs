@@ -1,0 +1,372 @@
+//! Test fixtures for the engine: a scripted fake provider that keeps its own
+//! ledger, a journal wrapper that logs and injects faults, and shorthands
+//! for driving `__private::call` the way `#[tool]` does.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[allow(unused_imports)]
+use idem_runtime::__private::{self, Capture, CaptureOpaque as _, CaptureSerialize as _};
+use idem_runtime::journal::{Cas, Journal, ScanIter, Space, SyncFuture};
+use idem_runtime::{
+    Args, Class, Classify, Ctx, Error, Failure, IdemKey, OnDrift, RetryPolicy, Runtime,
+    ToolDescriptor, ToolError, Verdict,
+};
+
+/// The tool error of the fake provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TestError {
+    Refused,
+    Timeout,
+    Declined,
+}
+
+impl Classify for TestError {
+    fn classify(&self) -> Failure {
+        match self {
+            TestError::Refused => Failure::not_sent(),
+            TestError::Timeout => Failure::ambiguous(),
+            TestError::Declined => Failure::Semantic,
+        }
+    }
+}
+
+/// What the fake provider does with the next request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Applies the effect and answers.
+    Ok,
+    /// Never reached the provider.
+    Refuse,
+    /// Applies the effect, then the answer is lost.
+    LandThenTimeout,
+    /// Does not apply, but the caller cannot know.
+    LoseThenTimeout,
+    /// Refuses semantically.
+    Decline,
+    /// Applies the effect, then never answers (the future stays pending).
+    LandThenHang,
+    /// Never answers, applies nothing.
+    Hang,
+}
+
+/// A provider with a ledger of effects, a script of behaviours and, when
+/// `dedupe` is on, Stripe-like replay on the key.
+#[derive(Clone, Default)]
+pub struct Provider {
+    inner: Arc<Mutex<ProviderState>>,
+}
+
+#[derive(Default)]
+struct ProviderState {
+    script: VecDeque<Step>,
+    dedupe: bool,
+    /// Every effect applied: (key, payload).
+    ledger: Vec<(String, String)>,
+    /// Every request received: (key, attempt).
+    requests: Vec<(String, u32)>,
+    log: Option<Arc<Mutex<Vec<String>>>>,
+}
+
+impl Provider {
+    pub fn new(script: &[Step]) -> Self {
+        let p = Provider::default();
+        p.inner.lock().unwrap().script = script.iter().copied().collect();
+        p
+    }
+
+    pub fn deduping(script: &[Step]) -> Self {
+        let p = Provider::new(script);
+        p.inner.lock().unwrap().dedupe = true;
+        p
+    }
+
+    pub fn push(&self, steps: &[Step]) {
+        self.inner
+            .lock()
+            .unwrap()
+            .script
+            .extend(steps.iter().copied());
+    }
+
+    pub fn log_to(&self, log: Arc<Mutex<Vec<String>>>) {
+        self.inner.lock().unwrap().log = Some(log);
+    }
+
+    /// Effects applied.
+    pub fn effects(&self) -> usize {
+        self.inner.lock().unwrap().ledger.len()
+    }
+
+    /// Requests received.
+    pub fn requests(&self) -> Vec<(String, u32)> {
+        self.inner.lock().unwrap().requests.clone()
+    }
+
+    pub fn calls(&self) -> usize {
+        self.inner.lock().unwrap().requests.len()
+    }
+
+    /// What `verify` would find: the effect recorded under `key`.
+    pub fn find(&self, key: &str) -> Option<String> {
+        self.inner
+            .lock()
+            .unwrap()
+            .ledger
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// The provider side of one request made by a tool call.
+    pub async fn handle(&self, ctx: &Ctx, payload: &str) -> Result<String, TestError> {
+        let key = ctx.idempotency_key().as_str().to_string();
+        let (out, replayed) = self.handle_raw(key, ctx.attempt(), payload).await;
+        if replayed {
+            ctx.mark_provider_replay();
+        }
+        out
+    }
+
+    /// The provider side of one request; also says whether it was a replay.
+    pub async fn handle_raw(
+        &self,
+        key: String,
+        attempt: u32,
+        payload: &str,
+    ) -> (Result<String, TestError>, bool) {
+        let step = {
+            let mut s = self.inner.lock().unwrap();
+            s.requests.push((key.clone(), attempt));
+            if let Some(log) = &s.log {
+                log.lock().unwrap().push(format!("provider call {key}"));
+            }
+            let step = s.script.pop_front().unwrap_or(Step::Ok);
+            if step == Step::Refuse {
+                return (Err(TestError::Refused), false);
+            }
+            if s.dedupe {
+                if let Some((_, v)) = s.ledger.iter().find(|(k, _)| *k == key) {
+                    return (Ok(format!("done:{v}")), true);
+                }
+            }
+            let lands = matches!(step, Step::Ok | Step::LandThenTimeout | Step::LandThenHang);
+            if lands {
+                s.ledger.push((key.clone(), payload.to_string()));
+            }
+            step
+        };
+        let out = match step {
+            Step::Ok => Ok(format!("done:{payload}")),
+            Step::LandThenTimeout | Step::LoseThenTimeout => Err(TestError::Timeout),
+            Step::Decline => Err(TestError::Declined),
+            Step::LandThenHang | Step::Hang => std::future::pending().await,
+            Step::Refuse => unreachable!(),
+        };
+        (out, false)
+    }
+
+    /// `verify` against this provider.
+    pub fn verdict(&self, ctx: &Ctx) -> Verdict<String> {
+        match self.find(ctx.idempotency_key().as_str()) {
+            Some(p) => Verdict::Landed(format!("done:{p}")),
+            None => Verdict::NotLanded,
+        }
+    }
+}
+
+/// A descriptor with test-friendly retry intervals (no jitter).
+pub fn tool(name: &'static str, class: Class) -> &'static ToolDescriptor {
+    tool_with(name, class, |_| {})
+}
+
+pub fn tool_with(
+    name: &'static str,
+    class: Class,
+    f: impl FnOnce(&mut ToolDescriptor),
+) -> &'static ToolDescriptor {
+    let mut d = ToolDescriptor::new(name, class);
+    d.retry = RetryPolicy {
+        jitter: false,
+        ..RetryPolicy::DEFAULT
+    };
+    d.on_drift = OnDrift::Replay;
+    f(&mut d);
+    Box::leak(Box::new(d))
+}
+
+/// Arguments as `#[tool]` records them.
+pub fn args(order: u64, body: &str) -> Args {
+    let mut a = Args::new();
+    (&&Capture(&order)).capture(&mut a, "order");
+    (&&Capture(&body)).capture(&mut a, "body");
+    a
+}
+
+pub fn key(ctx: &Ctx, tool: &'static ToolDescriptor, order: u64) -> IdemKey {
+    __private::key(ctx, tool).field(&order).finish()
+}
+
+/// How verify answers in a test.
+#[derive(Clone)]
+pub enum VerifyMode {
+    /// Looks the key up at the provider.
+    Provider,
+    Unknown,
+    Fails,
+    None,
+}
+
+/// One call, as the code `#[tool]` generates would make it.
+pub async fn call(
+    ctx: &Ctx,
+    tool: &'static ToolDescriptor,
+    provider: &Provider,
+    order: u64,
+    body: &str,
+    verify: VerifyMode,
+) -> Result<String, ToolError<TestError>> {
+    let key = key(ctx, tool, order);
+    let args = args(order, body);
+    let p = provider.clone();
+    let attempt = move |c: Ctx| {
+        let p = p.clone();
+        let body = body.to_string();
+        async move { p.handle(&c, &body).await }
+    };
+    let vp = provider.clone();
+    let mode = verify.clone();
+    let verify_fn = move |c: Ctx| {
+        let vp = vp.clone();
+        let mode = mode.clone();
+        async move {
+            match mode {
+                VerifyMode::Provider => Ok(vp.verdict(&c)),
+                VerifyMode::Unknown => Ok(Verdict::Unknown),
+                VerifyMode::Fails => Err(TestError::Refused),
+                VerifyMode::None => unreachable!(),
+            }
+        }
+    };
+    let verify_opt = match verify {
+        VerifyMode::None => None,
+        _ => Some(verify_fn),
+    };
+    __private::call(ctx, tool, key, args, attempt, verify_opt).await
+}
+
+pub fn open(dir: &std::path::Path) -> Runtime {
+    Runtime::open(dir).expect("open journal")
+}
+
+/// A journal that logs every operation and can be told to fail.
+pub struct Faulty {
+    inner: Arc<dyn Journal>,
+    pub log: Arc<Mutex<Vec<String>>>,
+    /// Fail the write (CAS/insert/append) with this 1-based index.
+    pub fail_write: AtomicUsize,
+    /// Fail the sync with this 1-based index.
+    pub fail_sync: AtomicUsize,
+    writes: AtomicUsize,
+    syncs: AtomicUsize,
+}
+
+impl Faulty {
+    pub fn new(inner: Arc<dyn Journal>) -> Arc<Self> {
+        Arc::new(Faulty {
+            inner,
+            log: Arc::default(),
+            fail_write: AtomicUsize::new(0),
+            fail_sync: AtomicUsize::new(0),
+            writes: AtomicUsize::new(0),
+            syncs: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn writes(&self) -> usize {
+        self.writes.load(Ordering::SeqCst)
+    }
+
+    pub fn syncs(&self) -> usize {
+        self.syncs.load(Ordering::SeqCst)
+    }
+
+    fn write(&self, what: String) -> Result<(), Error> {
+        let n = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.fail_write.load(Ordering::SeqCst) == n {
+            self.log.lock().unwrap().push(format!("FAILED {what}"));
+            return Err(Error::Storage {
+                op: "write",
+                location: "faulty".into(),
+                detail: "No space left on device (os error 28)".into(),
+            });
+        }
+        self.log.lock().unwrap().push(what);
+        Ok(())
+    }
+}
+
+impl Journal for Faulty {
+    fn location(&self) -> &str {
+        self.inner.location()
+    }
+    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        self.inner.get(space, key)
+    }
+    fn compare_and_swap(
+        &self,
+        space: Space,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        new: Option<&[u8]>,
+    ) -> Result<Cas, Error> {
+        self.write(format!("cas {}", space.name()))?;
+        self.inner.compare_and_swap(space, key, expected, new)
+    }
+    fn insert(&self, space: Space, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        self.write(format!("insert {}", space.name()))?;
+        self.inner.insert(space, key, value)
+    }
+    fn remove(&self, space: Space, key: &[u8]) -> Result<(), Error> {
+        self.write(format!("remove {}", space.name()))?;
+        self.inner.remove(space, key)
+    }
+    fn append(&self, space: Space, value: &[u8]) -> Result<u64, Error> {
+        self.write(format!("append {}", space.name()))?;
+        self.inner.append(space, value)
+    }
+    fn scan(&self, space: Space, from: &[u8]) -> ScanIter<'_> {
+        self.inner.scan(space, from)
+    }
+    fn sync(&self) -> SyncFuture {
+        let n = self.syncs.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.fail_sync.load(Ordering::SeqCst) == n {
+            self.log.lock().unwrap().push("FAILED sync".into());
+            return Box::pin(async {
+                Err(Error::Storage {
+                    op: "sync",
+                    location: "faulty".into(),
+                    detail: "Input/output error (os error 5)".into(),
+                })
+            });
+        }
+        let log = self.log.clone();
+        let fut = self.inner.sync();
+        Box::pin(async move {
+            let r = fut.await;
+            log.lock().unwrap().push("sync".into());
+            r
+        })
+    }
+    fn sync_blocking(&self) -> Result<(), Error> {
+        self.inner.sync_blocking()
+    }
+    fn size_on_disk(&self) -> Result<u64, Error> {
+        self.inner.size_on_disk()
+    }
+}
+
+pub const SECOND: Duration = Duration::from_secs(1);
