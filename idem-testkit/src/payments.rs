@@ -1,0 +1,454 @@
+//! A payments provider with Stripe's idempotency contract on
+//! `POST /v1/charges`.
+//!
+//! - `Idempotency-Key` of 1 to 255 characters (otherwise 400, nothing
+//!   applied); without one every request charges.
+//! - The first answer of a request that started executing (status and body,
+//!   including a 402 decline and a 5xx after applying) is saved under the
+//!   key and replayed to any repeat with `Idempotent-Replayed: true`.
+//! - A repeat while the first is still executing: 409, nothing applied.
+//! - A repeat with different parameters: 400 `idempotency_error`.
+//! - Answers of requests that never started executing are not saved: 429,
+//!   5xx before applying, validation errors.
+//! - Keys are kept for [`PaymentsConfig::key_window`] from their first use,
+//!   measured on the provider's injectable [`Clock`]; after that a repeat is
+//!   a new request.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::client::{ClientConfig, HttpClient};
+use crate::clock::Clock;
+use crate::error::ProviderError;
+use crate::faults::OpKind;
+use crate::http::{HttpResponse, Request};
+use crate::ledger::{Effect, Ledger};
+use crate::server::{error_response, not_found, Injected, Reply, Service};
+
+/// Longest idempotency key Stripe accepts, in characters.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// The body of `POST /v1/charges`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChargeRequest {
+    /// Amount in minor units (cents), at least 1.
+    pub amount: u64,
+    /// ISO currency code, three lower-case letters.
+    pub currency: String,
+    /// The order being paid; the unit of duplicate detection.
+    pub order_id: u64,
+    /// Customer id; see [`PaymentsConfig::declined_customers`].
+    pub customer: String,
+}
+
+/// A successful charge, as answered by the provider.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Charge {
+    /// Provider-assigned id, `ch_…`.
+    pub id: String,
+    /// Amount in minor units.
+    pub amount: u64,
+    /// Currency code.
+    pub currency: String,
+    /// The order paid.
+    pub order_id: u64,
+    /// The customer charged.
+    pub customer: String,
+    /// Always `succeeded` (a declined charge is a 402 error).
+    pub status: String,
+    /// Provider time of the charge, ms since the epoch.
+    pub created_ms: u64,
+    /// Set by [`PaymentsClient`] when the answer carried
+    /// `Idempotent-Replayed: true`; never part of the provider's body.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub replayed: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Whether an applied charge moved money.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChargeOutcome {
+    /// The card was charged.
+    Succeeded,
+    /// The card was declined (402); no money moved.
+    Declined,
+}
+
+/// One charge the provider executed (ledger record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChargeRecord {
+    /// The charge id.
+    pub charge_id: String,
+    /// The idempotency key it was made under, if any.
+    pub idempotency_key: Option<String>,
+    /// The order paid.
+    pub order_id: u64,
+    /// Amount in minor units.
+    pub amount: u64,
+    /// Currency code.
+    pub currency: String,
+    /// The customer.
+    pub customer: String,
+    /// Whether money moved.
+    pub outcome: ChargeOutcome,
+    /// Provider time, ms since the epoch.
+    pub at_ms: u64,
+}
+
+/// Orders are the logical operation: two succeeded charges for one order is
+/// a double charge, whatever keys they came with.
+impl Effect for ChargeRecord {
+    type Operation = OrderId;
+
+    fn operation(&self) -> Option<OrderId> {
+        (self.outcome == ChargeOutcome::Succeeded).then_some(OrderId(self.order_id))
+    }
+}
+
+/// An order id, the unit of duplicate detection for payments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OrderId(pub u64);
+
+impl fmt::Display for OrderId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "order_id={}", self.0)
+    }
+}
+
+/// Options of the payments provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentsConfig {
+    /// How long a key and its saved answer are kept (Stripe: 24 h).
+    pub key_window: Duration,
+    /// Customers whose cards are declined (402).
+    pub declined_customers: Vec<String>,
+    /// Amounts that are declined (402) whoever pays.
+    pub declined_amounts: Vec<u64>,
+}
+
+impl Default for PaymentsConfig {
+    fn default() -> Self {
+        PaymentsConfig {
+            key_window: Duration::from_secs(24 * 60 * 60),
+            declined_customers: vec!["cus_declined".into()],
+            declined_amounts: Vec::new(),
+        }
+    }
+}
+
+enum KeyState {
+    /// A request with this key is executing.
+    InFlight,
+    /// Its answer is saved.
+    Done(HttpResponse),
+}
+
+struct KeyEntry {
+    params: ChargeRequest,
+    first_used_ms: u64,
+    state: KeyState,
+}
+
+/// The server side of payments.
+pub(crate) struct Payments {
+    config: PaymentsConfig,
+    clock: Clock,
+    ledger: Ledger<ChargeRecord>,
+    keys: Mutex<HashMap<String, KeyEntry>>,
+}
+
+enum Claim<'a> {
+    Fresh(KeyClaim<'a>),
+    Replay(HttpResponse),
+    InFlight,
+    Mismatch,
+}
+
+/// Ownership of an in-flight key. Dropped without [`KeyClaim::complete`]
+/// (the provider shut down mid-request), it frees the key: nothing was
+/// saved, so a repeat must be allowed to execute.
+struct KeyClaim<'a> {
+    payments: &'a Payments,
+    key: String,
+    completed: bool,
+}
+
+impl KeyClaim<'_> {
+    fn complete(mut self, answer: HttpResponse) {
+        if let Some(entry) = self.payments.keys().get_mut(&self.key) {
+            entry.state = KeyState::Done(answer);
+        }
+        self.completed = true;
+    }
+}
+
+impl Drop for KeyClaim<'_> {
+    fn drop(&mut self) {
+        if !self.completed {
+            let mut keys = self.payments.keys();
+            if matches!(keys.get(&self.key), Some(e) if matches!(e.state, KeyState::InFlight)) {
+                keys.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl Payments {
+    pub(crate) fn new(config: PaymentsConfig, clock: Clock, ledger: Ledger<ChargeRecord>) -> Self {
+        Payments {
+            config,
+            clock,
+            ledger,
+            keys: Mutex::default(),
+        }
+    }
+
+    fn keys(&self) -> MutexGuard<'_, HashMap<String, KeyEntry>> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn claim(&self, key: &str, params: &ChargeRequest) -> Claim<'_> {
+        let now = self.clock.now_ms();
+        let window = self.config.key_window.as_millis() as u64;
+        let mut keys = self.keys();
+        // Expire lazily; an executing request's key never expires under it.
+        keys.retain(|_, e| {
+            matches!(e.state, KeyState::InFlight) || now.saturating_sub(e.first_used_ms) < window
+        });
+        match keys.get(key) {
+            Some(KeyEntry {
+                state: KeyState::InFlight,
+                ..
+            }) => Claim::InFlight,
+            Some(e) if e.params != *params => Claim::Mismatch,
+            Some(KeyEntry {
+                state: KeyState::Done(answer),
+                ..
+            }) => Claim::Replay(answer.clone().with_header("Idempotent-Replayed", "true")),
+            None => {
+                keys.insert(
+                    key.to_string(),
+                    KeyEntry {
+                        params: params.clone(),
+                        first_used_ms: now,
+                        state: KeyState::InFlight,
+                    },
+                );
+                Claim::Fresh(KeyClaim {
+                    payments: self,
+                    key: key.to_string(),
+                    completed: false,
+                })
+            }
+        }
+    }
+
+    /// Executes the charge: records it and builds the answer.
+    fn execute(&self, key: Option<&str>, p: &ChargeRequest) -> HttpResponse {
+        let now = self.clock.now_ms();
+        let declined = self.config.declined_customers.contains(&p.customer)
+            || self.config.declined_amounts.contains(&p.amount);
+        let record = self.ledger.push_with(|n| ChargeRecord {
+            charge_id: format!("ch_{:08}", n + 1),
+            idempotency_key: key.map(str::to_string),
+            order_id: p.order_id,
+            amount: p.amount,
+            currency: p.currency.clone(),
+            customer: p.customer.clone(),
+            outcome: if declined {
+                ChargeOutcome::Declined
+            } else {
+                ChargeOutcome::Succeeded
+            },
+            at_ms: now,
+        });
+        if declined {
+            return HttpResponse::json(
+                402,
+                &json!({ "error": {
+                    "type": "card_error",
+                    "code": "card_declined",
+                    "message": "Your card was declined.",
+                    "charge": record.charge_id,
+                }}),
+            );
+        }
+        HttpResponse::json(
+            200,
+            &Charge {
+                id: record.charge_id,
+                amount: p.amount,
+                currency: p.currency.clone(),
+                order_id: p.order_id,
+                customer: p.customer.clone(),
+                status: "succeeded".into(),
+                created_ms: now,
+                replayed: false,
+            },
+        )
+    }
+}
+
+fn parse_params(body: &[u8]) -> Result<ChargeRequest, String> {
+    let p: ChargeRequest = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    if p.amount == 0 {
+        return Err("amount must be at least 1".into());
+    }
+    if p.currency.len() != 3 || !p.currency.bytes().all(|b| b.is_ascii_lowercase()) {
+        return Err(format!("invalid currency {:?}", p.currency));
+    }
+    if p.customer.is_empty() {
+        return Err("customer is required".into());
+    }
+    Ok(p)
+}
+
+fn invalid(message: &str) -> Reply {
+    Reply::Respond(error_response(400, "invalid_request_error", message))
+}
+
+impl Service for Payments {
+    fn op_kind(&self, req: &Request) -> Option<OpKind> {
+        (req.method == "POST" && req.path == "/v1/charges").then_some(OpKind::Write)
+    }
+
+    async fn handle(&self, req: Request, mut fault: Injected) -> Reply {
+        if req.path != "/v1/charges" {
+            return Reply::Respond(not_found());
+        }
+        if req.method != "POST" {
+            return Reply::Respond(error_response(405, "invalid_request_error", "use POST"));
+        }
+        // Rate limiting and gateway errors happen in front of the API: the
+        // idempotency layer never sees those requests.
+        if let Some(reply) = fault.before_apply() {
+            return reply;
+        }
+        let key = req.header("idempotency-key").map(str::to_string);
+        if let Some(k) = &key {
+            if k.is_empty() || k.chars().count() > MAX_KEY_LEN {
+                return invalid(
+                    "Keys for idempotent requests can only be 1 to 255 characters long",
+                );
+            }
+        }
+        let params = match parse_params(&req.body) {
+            Ok(p) => p,
+            Err(message) => return invalid(&message),
+        };
+        let Some(key) = key else {
+            fault.processing().await;
+            return fault.after_apply().finish(self.execute(None, &params));
+        };
+        let claim = match self.claim(&key, &params) {
+            Claim::Fresh(claim) => claim,
+            Claim::Replay(saved) => {
+                fault.processing().await;
+                // A fault after a replay only loses or replaces this answer;
+                // the saved one stays as it was.
+                return fault.after_apply().finish(saved);
+            }
+            Claim::InFlight => {
+                return Reply::Respond(HttpResponse::json(
+                    409,
+                    &json!({ "error": {
+                        "type": "idempotency_error",
+                        "code": "idempotency_key_in_use",
+                        "message": "There is currently another in-progress request using this idempotency key. Retry later.",
+                    }}),
+                ))
+            }
+            Claim::Mismatch => {
+                return Reply::Respond(HttpResponse::json(
+                    400,
+                    &json!({ "error": {
+                        "type": "idempotency_error",
+                        "message": format!(
+                            "Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '{key}' if you meant to execute a different request."
+                        ),
+                    }}),
+                ))
+            }
+        };
+        fault.processing().await;
+        let after = fault.after_apply();
+        let executed = self
+            .execute(Some(&key), &params)
+            .with_header("Idempotency-Key", key.clone());
+        // Stripe saves whatever an executed request answered, a 500 included.
+        let saved = after.response(executed);
+        claim.complete(saved.clone());
+        after.reply(saved)
+    }
+}
+
+/// Client of the payments provider. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct PaymentsClient {
+    http: HttpClient,
+}
+
+impl PaymentsClient {
+    /// A client of the provider at `addr` with default timeouts.
+    pub fn new(addr: SocketAddr) -> Self {
+        PaymentsClient {
+            http: HttpClient::new(addr),
+        }
+    }
+
+    /// A client with explicit timeouts.
+    pub fn with_config(addr: SocketAddr, config: ClientConfig) -> Self {
+        PaymentsClient {
+            http: HttpClient::with_config(addr, config),
+        }
+    }
+
+    /// The underlying HTTP client, for raw requests.
+    pub fn http(&self) -> &HttpClient {
+        &self.http
+    }
+
+    /// Charges under `idempotency_key`. A replayed success comes back with
+    /// [`Charge::replayed`] set; a replayed failure with
+    /// [`ProviderError::is_replayed`].
+    pub async fn charge(
+        &self,
+        idempotency_key: &str,
+        request: &ChargeRequest,
+    ) -> Result<Charge, ProviderError> {
+        self.send(&[("Idempotency-Key", idempotency_key)], request)
+            .await
+    }
+
+    /// Charges without an idempotency key: every call that arrives charges.
+    pub async fn charge_without_key(
+        &self,
+        request: &ChargeRequest,
+    ) -> Result<Charge, ProviderError> {
+        self.send(&[], request).await
+    }
+
+    async fn send(
+        &self,
+        headers: &[(&str, &str)],
+        request: &ChargeRequest,
+    ) -> Result<Charge, ProviderError> {
+        let (mut charge, replayed): (Charge, bool) = self
+            .http
+            .call("POST", "/v1/charges", headers, Some(request))
+            .await?;
+        charge.replayed = replayed;
+        Ok(charge)
+    }
+}

@@ -1,0 +1,161 @@
+//! A ticketing provider: `POST /tickets` opens a ticket every time (no
+//! deduplication), and `GET /tickets?external_ref=…` finds tickets by the
+//! caller's own reference, which is what a `verify` uses.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::client::{with_query, ClientConfig, HttpClient, NO_BODY};
+use crate::clock::Clock;
+use crate::error::ProviderError;
+use crate::faults::OpKind;
+use crate::http::{HttpResponse, Request};
+use crate::ledger::{Effect, Ledger};
+use crate::server::{error_response, not_found, Injected, Reply, Service};
+
+/// The body of `POST /tickets`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewTicket {
+    /// The caller's reference (e.g. its idempotency key or order number).
+    pub external_ref: String,
+    /// Ticket title.
+    pub title: String,
+    /// Ticket body.
+    pub body: String,
+}
+
+/// An opened ticket (answer and ledger record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ticket {
+    /// Provider-assigned id, `T-…`.
+    pub id: String,
+    /// The caller's reference.
+    pub external_ref: String,
+    /// Ticket title.
+    pub title: String,
+    /// Ticket body.
+    pub body: String,
+    /// Provider time of creation, ms since the epoch.
+    pub created_at_ms: u64,
+}
+
+/// The external reference is the logical operation.
+impl Effect for Ticket {
+    type Operation = String;
+
+    fn operation(&self) -> Option<String> {
+        Some(self.external_ref.clone())
+    }
+}
+
+/// The server side of tickets.
+pub(crate) struct Tickets {
+    clock: Clock,
+    ledger: Ledger<Ticket>,
+}
+
+impl Tickets {
+    pub(crate) fn new(clock: Clock, ledger: Ledger<Ticket>) -> Self {
+        Tickets { clock, ledger }
+    }
+}
+
+impl Service for Tickets {
+    fn op_kind(&self, req: &Request) -> Option<OpKind> {
+        match (req.method.as_str(), req.path.as_str()) {
+            ("POST", "/tickets") => Some(OpKind::Write),
+            ("GET", "/tickets") => Some(OpKind::Read),
+            _ => None,
+        }
+    }
+
+    async fn handle(&self, req: Request, mut fault: Injected) -> Reply {
+        match (req.method.as_str(), req.path.as_str()) {
+            ("POST", "/tickets") => {
+                if let Some(reply) = fault.before_apply() {
+                    return reply;
+                }
+                let new: NewTicket = match serde_json::from_slice(&req.body) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        return Reply::Respond(error_response(
+                            400,
+                            "invalid_request_error",
+                            &e.to_string(),
+                        ))
+                    }
+                };
+                fault.processing().await;
+                let now = self.clock.now_ms();
+                let ticket = self.ledger.push_with(|n| Ticket {
+                    id: format!("T-{}", n + 1),
+                    external_ref: new.external_ref,
+                    title: new.title,
+                    body: new.body,
+                    created_at_ms: now,
+                });
+                fault.after_apply().finish(HttpResponse::json(201, &ticket))
+            }
+            ("GET", "/tickets") => {
+                if let Some(reply) = fault.before_apply() {
+                    return reply;
+                }
+                let Some(reference) = req.query("external_ref") else {
+                    return Reply::Respond(error_response(
+                        400,
+                        "invalid_request_error",
+                        "query parameter `external_ref` is required",
+                    ));
+                };
+                fault.processing().await;
+                let found = self.ledger.filter(|t| t.external_ref == reference);
+                fault.after_apply().finish(HttpResponse::json(200, &found))
+            }
+            _ => Reply::Respond(not_found()),
+        }
+    }
+}
+
+/// Client of the tickets provider. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct TicketsClient {
+    http: HttpClient,
+}
+
+impl TicketsClient {
+    /// A client of the provider at `addr` with default timeouts.
+    pub fn new(addr: SocketAddr) -> Self {
+        TicketsClient {
+            http: HttpClient::new(addr),
+        }
+    }
+
+    /// A client with explicit timeouts.
+    pub fn with_config(addr: SocketAddr, config: ClientConfig) -> Self {
+        TicketsClient {
+            http: HttpClient::with_config(addr, config),
+        }
+    }
+
+    /// The underlying HTTP client, for raw requests.
+    pub fn http(&self) -> &HttpClient {
+        &self.http
+    }
+
+    /// Opens a ticket. Not deduplicated.
+    pub async fn create(&self, ticket: &NewTicket) -> Result<Ticket, ProviderError> {
+        let (created, _) = self
+            .http
+            .call("POST", "/tickets", &[], Some(ticket))
+            .await?;
+        Ok(created)
+    }
+
+    /// Every ticket opened with `external_ref`, oldest first.
+    pub async fn find_by_ref(&self, external_ref: &str) -> Result<Vec<Ticket>, ProviderError> {
+        let target = with_query("/tickets", "external_ref", external_ref);
+        let (found, _) = self.http.call("GET", &target, &[], NO_BODY).await?;
+        Ok(found)
+    }
+}
