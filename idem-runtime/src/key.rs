@@ -27,8 +27,17 @@
 //! References, `Box`, `Rc`, `Arc` and `Cow` encode as what they point to, so
 //! `&str` and `String` give the same key.
 //!
+//! # Key derivation
+//!
+//! An operation's digest is SHA-256 over the canonical encoding of, in
+//! order: the domain tag `"idem.key"` (str), [`KEY_VERSION`] (`u16`), the
+//! root run id (str), the scope path (a sequence of str), the tool name
+//! (str), each key field in declared order, and the number of key fields
+//! (`u32`). Child contexts add nothing: a subagent's keys are its root's.
+//!
 //! Changing any of this changes every key ever issued: the golden vectors in
-//! the tests pin it.
+//! `tests/keys.rs` pin it (and were checked against an independent
+//! implementation of this paragraph).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
