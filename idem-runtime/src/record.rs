@@ -228,7 +228,7 @@ pub(crate) fn decode<T: DeserializeOwned>(
 }
 
 /// CRC-32 (IEEE, reflected), table-driven.
-fn crc32(data: &[u8]) -> u32 {
+pub(crate) fn crc32(data: &[u8]) -> u32 {
     const TABLE: [u32; 256] = {
         let mut table = [0u32; 256];
         let mut i = 0;

@@ -11,7 +11,9 @@ use std::pin::Pin;
 
 use crate::error::Error;
 
+mod events;
 mod sled;
+mod wal;
 
 pub use self::sled::{SledJournal, SledOptions};
 

@@ -1,12 +1,15 @@
-//! The embedded journal: sled 0.34, one tree per [`Space`], and a group
-//! commit thread that turns many concurrent `sync` requests into one flush.
+//! The embedded journal: sled 0.34 holds the state, one tree per
+//! [`Space`]; a write-ahead log (`wal.rs`) makes it durable with one
+//! fdatasync per group commit.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
+use super::events;
+use super::wal::{self, Entry, Waiter, Wal};
 use super::{Cas, Journal, ScanIter, Space, SyncFuture};
 use crate::error::Error;
 use crate::record::{self, Kind, Meta};
@@ -36,32 +39,16 @@ impl Default for SledOptions {
 /// sled holds an exclusive lock on the directory's data file: one process
 /// (and one open journal) per directory; a second gets [`Error::InUse`].
 pub struct SledJournal {
-    db: sled::Db,
-    trees: Vec<sled::Tree>,
+    /// `None` only while dropping.
+    open: Option<Open>,
     location: String,
     path: PathBuf,
-    data_file: Arc<File>,
-    commit: Arc<GroupCommit>,
 }
 
-/// Group commit: callers queue a waiter; whoever finds no flusher running
-/// starts one on tokio's blocking pool. The flusher takes every waiter queued
-/// so far, flushes once, answers them all, and goes again until the queue is
-/// empty. Callers arriving during a flush share the next one.
-///
-/// The blocking pool (rather than a thread of our own) matters for tests: a
-/// paused tokio clock does not auto-advance while blocking work is running,
-/// so timers cannot fire "during" an fsync.
-#[derive(Default)]
-struct GroupCommit {
-    state: Mutex<CommitState>,
-    idle: Condvar,
-}
-
-#[derive(Default)]
-struct CommitState {
-    flushing: bool,
-    waiters: Vec<oneshot::Sender<Result<(), String>>>,
+struct Open {
+    db: sled::Db,
+    trees: Vec<sled::Tree>,
+    wal: Arc<Wal>,
 }
 
 impl std::fmt::Debug for SledJournal {
@@ -72,9 +59,13 @@ impl std::fmt::Debug for SledJournal {
     }
 }
 
-/// Files sled 0.34 keeps in a database directory.
-fn is_sled_file(name: &str) -> bool {
-    name == "conf" || name == "db" || name == "blobs" || name.starts_with("snap.")
+/// Files a journal directory holds: sled 0.34's and the log's segments.
+fn is_journal_file(name: &str) -> bool {
+    name == "conf"
+        || name == "db"
+        || name == "blobs"
+        || name.starts_with("snap.")
+        || wal::is_segment(name)
 }
 
 impl SledJournal {
@@ -99,7 +90,7 @@ impl SledJournal {
                     let entry = entry.map_err(|e| Error::storage("open", &location, e))?;
                     any = true;
                     let name = entry.file_name().to_string_lossy().into_owned();
-                    if !is_sled_file(&name) {
+                    if !is_journal_file(&name) {
                         foreign.push(name);
                     }
                 }
@@ -136,6 +127,32 @@ impl SledJournal {
                 db.open_tree(space.name())
                     .map_err(|e| Error::storage("open tree", &location, e))?,
             );
+        }
+        // Whatever the log holds was acknowledged as durable; sled may not
+        // have written all of it before the last process ended.
+        let mut replayed_events = Vec::new();
+        let (last_gen, replayed) = wal::replay(&path, |e| {
+            if e.space == Space::Audit {
+                if let (Ok(seq), Some(v)) = (<[u8; 8]>::try_from(e.key), e.value) {
+                    replayed_events.push((u64::from_be_bytes(seq), v.to_vec()));
+                }
+                return;
+            }
+            let tree = &trees[e.space as usize];
+            let _ = match e.value {
+                Some(v) => tree.insert(e.key, v).map(|_| ()),
+                None => tree.remove(e.key).map(|_| ()),
+            };
+        })
+        .map_err(|e| Error::storage("replay the write-ahead log", &location, e))?;
+        let audit_tree = &trees[Space::Audit as usize];
+        let stored = events::last_seq(audit_tree)
+            .map_err(|e| Error::storage("read the audit stream", &location, e))?;
+        replayed_events.retain(|(seq, _)| stored.is_none_or(|last| *seq > last));
+        for chunk in replayed_events.chunks(4096) {
+            audit_tree
+                .insert(chunk[0].0.to_be_bytes(), events::encode_batch(chunk))
+                .map_err(|e| Error::storage("replay the audit stream", &location, e))?;
         }
         let meta_tree = &trees[Space::Meta as usize];
         match meta_tree
@@ -187,21 +204,37 @@ impl SledJournal {
             }
         }
 
-        // sled's own flush ends in sync_file_range, which neither flushes the
-        // device's write cache nor the file size. An fdatasync on the same
-        // inode closes that gap; any descriptor of the file will do.
-        let data_file = Arc::new(
-            File::open(path.join("db"))
-                .map_err(|e| Error::storage("open data file", &location, e))?,
-        );
+        let db_file = File::open(path.join("db"))
+            .map_err(|e| Error::storage("open data file", &location, e))?;
+        if last_gen > 0 {
+            // Make what was replayed durable in sled before the segments go.
+            if replayed > 0 {
+                db.flush()
+                    .map_err(|e| Error::storage("flush replayed log", &location, e))?;
+                db_file
+                    .sync_data()
+                    .map_err(|e| Error::storage("flush replayed log", &location, e))?;
+            }
+            wal::remove_up_to(&path, last_gen)
+                .map_err(|e| Error::storage("remove replayed log", &location, e))?;
+        }
+        let wal = Wal::start(
+            &path,
+            last_gen,
+            db.clone(),
+            db_file,
+            trees[Space::Audit as usize].clone(),
+        )
+        .map_err(|e| Error::storage("start the write-ahead log", &location, e))?;
 
         Ok(SledJournal {
-            db,
-            trees,
+            open: Some(Open {
+                db,
+                trees,
+                wal: Arc::new(wal),
+            }),
             location,
             path,
-            data_file,
-            commit: Arc::default(),
         })
     }
 
@@ -210,8 +243,18 @@ impl SledJournal {
         &self.path
     }
 
+    fn state(&self) -> &Open {
+        self.open
+            .as_ref()
+            .expect("the journal is open until dropped")
+    }
+
+    fn wal(&self) -> &Arc<Wal> {
+        &self.state().wal
+    }
+
     fn tree(&self, space: Space) -> &sled::Tree {
-        &self.trees[space as usize]
+        &self.state().trees[space as usize]
     }
 
     fn err(&self, op: &'static str, e: impl std::fmt::Display) -> Error {
@@ -235,38 +278,6 @@ fn map_open_error(e: sled::Error, path: &Path) -> Error {
     }
 }
 
-/// The flusher: runs on the blocking pool until no waiter is left.
-fn flush_loop(commit: Arc<GroupCommit>, db: sled::Db, file: Arc<File>) {
-    let mut resources = Some((db, file));
-    loop {
-        let batch = {
-            let mut state = commit.state.lock().unwrap_or_else(|p| p.into_inner());
-            if state.waiters.is_empty() {
-                // Release our handles on the database before saying we are
-                // idle, so that dropping the journal releases its lock.
-                drop(resources.take());
-                state.flushing = false;
-                commit.idle.notify_all();
-                return;
-            }
-            std::mem::take(&mut state.waiters)
-        };
-        let result = match &resources {
-            Some((db, file)) => flush(db, file).map_err(|e| e.to_string()),
-            None => Err("the journal was closed".to_string()),
-        };
-        for waiter in batch {
-            // A waiter whose call was dropped no longer listens; fine.
-            let _ = waiter.send(result.clone());
-        }
-    }
-}
-
-fn flush(db: &sled::Db, file: &File) -> std::io::Result<()> {
-    db.flush().map_err(std::io::Error::other)?;
-    file.sync_data()
-}
-
 impl Journal for SledJournal {
     fn location(&self) -> &str {
         &self.location
@@ -286,11 +297,18 @@ impl Journal for SledJournal {
         expected: Option<&[u8]>,
         new: Option<&[u8]>,
     ) -> Result<Cas, Error> {
-        match self
-            .tree(space)
-            .compare_and_swap(key, expected, new)
-            .map_err(|e| self.err("compare-and-swap", e))?
-        {
+        let tree = self.tree(space);
+        let outcome = self.wal().logged(
+            || tree.compare_and_swap(key, expected, new),
+            |r| {
+                matches!(r, Ok(Ok(()))).then_some(Entry {
+                    space,
+                    key,
+                    value: new,
+                })
+            },
+        );
+        match outcome.map_err(|e| self.err("compare-and-swap", e))? {
             Ok(()) => Ok(Cas::Swapped),
             Err(conflict) => Ok(Cas::Conflict {
                 current: conflict.current.map(|v| v.to_vec()),
@@ -299,21 +317,48 @@ impl Journal for SledJournal {
     }
 
     fn insert(&self, space: Space, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        self.tree(space)
-            .insert(key, value)
+        let tree = self.tree(space);
+        self.wal()
+            .logged(
+                || tree.insert(key, value),
+                |r| {
+                    r.is_ok().then_some(Entry {
+                        space,
+                        key,
+                        value: Some(value),
+                    })
+                },
+            )
             .map(|_| ())
             .map_err(|e| self.err("write", e))
     }
 
     fn remove(&self, space: Space, key: &[u8]) -> Result<(), Error> {
-        self.tree(space)
-            .remove(key)
+        let tree = self.tree(space);
+        self.wal()
+            .logged(
+                || tree.remove(key),
+                |r| {
+                    r.is_ok().then_some(Entry {
+                        space,
+                        key,
+                        value: None,
+                    })
+                },
+            )
             .map(|_| ())
             .map_err(|e| self.err("remove", e))
     }
 
     fn append(&self, space: Space, value: &[u8]) -> Result<u64, Error> {
+        if space == Space::Audit {
+            return self
+                .wal()
+                .append_audit(value)
+                .map_err(|e| self.err("append audit event", e));
+        }
         let seq = self
+            .state()
             .db
             .generate_id()
             .map_err(|e| self.err("generate sequence number", e))?;
@@ -323,6 +368,18 @@ impl Journal for SledJournal {
 
     fn scan(&self, space: Space, from: &[u8]) -> ScanIter<'_> {
         let location = self.location.clone();
+        if space == Space::Audit {
+            let mut seq = [0u8; 8];
+            let n = from.len().min(8);
+            seq[..n].copy_from_slice(&from[..n]);
+            let tail = self.wal().audit_tail();
+            return Box::new(events::scan(
+                self.tree(space),
+                tail,
+                u64::from_be_bytes(seq),
+                location,
+            ));
+        }
         Box::new(self.tree(space).range(from.to_vec()..).map(move |item| {
             item.map(|(k, v)| (k.to_vec(), v.to_vec()))
                 .map_err(|e| Error::storage("scan", &location, e))
@@ -331,59 +388,64 @@ impl Journal for SledJournal {
 
     fn sync(&self) -> SyncFuture {
         let (tx, rx) = oneshot::channel();
-        let start = {
-            let mut state = self.commit.state.lock().unwrap_or_else(|p| p.into_inner());
-            state.waiters.push(tx);
-            !std::mem::replace(&mut state.flushing, true)
-        };
-        let location = self.location.clone();
-        let stopped = |location: &str| Error::storage("sync", location, "the flusher stopped");
-        let started = if start {
-            let (commit, db, file) = (self.commit.clone(), self.db.clone(), self.data_file.clone());
+        if self.wal().enqueue(Waiter::Async(tx)) {
+            let wal = self.wal().clone();
             match tokio::runtime::Handle::try_current() {
-                Ok(handle) => {
-                    handle.spawn_blocking(move || flush_loop(commit, db, file));
-                    Ok(())
-                }
-                Err(_) => {
-                    // Outside tokio: flush on this thread.
-                    flush_loop(commit, db, file);
-                    Ok(())
-                }
+                Ok(handle) => drop(handle.spawn_blocking(move || wal.flush_loop())),
+                // Outside tokio: flush on this thread.
+                Err(_) => wal.flush_loop(),
             }
-        } else {
-            Ok(())
-        };
+        }
+        let location = self.location.clone();
         Box::pin(async move {
-            started?;
             match rx.await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(Error::storage("sync", &location, e)),
-                Err(_) => Err(stopped(&location)),
+                Err(_) => Err(Error::storage("sync", &location, "the flusher stopped")),
             }
         })
     }
 
     fn sync_blocking(&self) -> Result<(), Error> {
-        flush(&self.db, &self.data_file).map_err(|e| self.err("sync", e))
+        let (tx, rx) = std::sync::mpsc::channel();
+        if self.wal().enqueue(Waiter::Blocking(tx)) {
+            self.wal().clone().flush_loop();
+        }
+        match rx.recv() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.err("sync", e)),
+            Err(_) => Err(self.err("sync", "the flusher stopped")),
+        }
     }
 
     fn size_on_disk(&self) -> Result<u64, Error> {
-        self.db.size_on_disk().map_err(|e| self.err("measure", e))
+        let open = self.state();
+        let sled = open.db.size_on_disk().map_err(|e| self.err("measure", e))?;
+        Ok(sled + open.wal.size())
     }
 }
 
 impl Drop for SledJournal {
     fn drop(&mut self) {
-        // Wait for a running flusher to let go of its database handle, so
-        // that the directory lock is released with the caller's last handle.
-        let mut state = self.commit.state.lock().unwrap_or_else(|p| p.into_inner());
-        while state.flushing {
-            state = self
-                .commit
-                .idle
-                .wait(state)
-                .unwrap_or_else(|p| p.into_inner());
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        // A flusher on the blocking pool holds the log (and through it a
+        // handle on the database): wait until it has let go.
+        open.wal.wait_idle();
+        while Arc::strong_count(&open.wal) > 1 {
+            std::thread::yield_now();
+        }
+        drop(open);
+        // sled's I/O threads may still hold its data file for a moment after
+        // the last handle is gone. Wait (briefly, boundedly) until its lock
+        // is free, so that dropping the journal means it can be reopened.
+        let data = self.path.join("db");
+        for _ in 0..2000 {
+            match File::open(&data).map(|f| f.try_lock()) {
+                Ok(Ok(())) | Err(_) => return,
+                Ok(Err(_)) => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
         }
     }
 }
