@@ -37,7 +37,8 @@ pub(crate) struct Scope {
 }
 
 pub(crate) struct CallState {
-    pub(crate) key: IdemKey,
+    /// `None` in a read-only call: it has no key.
+    pub(crate) key: Option<IdemKey>,
     pub(crate) attempt: u32,
     pub(crate) provider_replay: AtomicBool,
 }
@@ -75,17 +76,19 @@ impl Ctx {
     ///
     /// # Panics
     /// Outside a tool call (a `Ctx` straight from `Runtime::run` has no
-    /// key); use [`Ctx::try_idempotency_key`] where that can happen.
+    /// key) and inside a `read_only` tool (which has none); use
+    /// [`Ctx::try_idempotency_key`] where that can happen.
     pub fn idempotency_key(&self) -> &IdemKey {
         self.try_idempotency_key().expect(
-            "Ctx::idempotency_key() called outside a tool call: only the Ctx a #[tool] \
-             (or its verify function) receives carries a key",
+            "Ctx::idempotency_key() called outside a tool call or in a read_only tool: only \
+             the Ctx a provider, journal or at_most_once #[tool] (or its verify function) \
+             receives carries a key",
         )
     }
 
-    /// The call's key, or `None` outside a tool call.
+    /// The call's key, or `None` outside a tool call and in `read_only` tools.
     pub fn try_idempotency_key(&self) -> Option<&IdemKey> {
-        self.call.as_ref().map(|c| &c.key)
+        self.call.as_ref().and_then(|c| c.key.as_ref())
     }
 
     /// The attempt in progress, from 1; 0 outside a tool call. Counts
@@ -183,12 +186,13 @@ impl Ctx {
         &self.scope.prefix
     }
 
-    /// This context, inside attempt `attempt` of the call keyed `key`.
-    pub(crate) fn for_call(&self, key: &IdemKey, attempt: u32) -> Ctx {
+    /// This context, inside attempt `attempt` of the call keyed `key`
+    /// (`None` for a read-only call).
+    pub(crate) fn for_call(&self, key: Option<&IdemKey>, attempt: u32) -> Ctx {
         Ctx {
             scope: self.scope.clone(),
             call: Some(Arc::new(CallState {
-                key: key.clone(),
+                key: key.cloned(),
                 attempt,
                 provider_replay: AtomicBool::new(false),
             })),

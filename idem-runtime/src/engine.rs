@@ -117,10 +117,7 @@ where
     let mut attempts = 0u32;
     loop {
         attempts += 1;
-        let call_ctx = Ctx {
-            scope: ctx.scope.clone(),
-            call: None,
-        };
+        let call_ctx = ctx.for_call(None, attempts);
         let (failure, err, text) = match run_attempt(tool, attempt(call_ctx)).await {
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(e)) => {
@@ -423,7 +420,7 @@ impl<'a> Op<'a> {
             }
 
             let n = self.rec.attempts;
-            let call_ctx = self.ctx.for_call(&self.key, n);
+            let call_ctx = self.ctx.for_call(Some(&self.key), n);
             let outcome = run_attempt(self.tool, attempt(call_ctx.clone())).await;
             let (failure, err, text) = match outcome {
                 Ok(Ok(v)) => {
@@ -483,8 +480,11 @@ impl<'a> Op<'a> {
                 return Err(self.out_of_budget(last, spent.unwrap_or_default()).await);
             }
             // Before verifying too: give the provider time to settle what
-            // it may still be applying.
-            tokio::time::sleep(delay).await;
+            // it may still be applying. Without a verify function there is
+            // nothing to wait for: the escalation is certain.
+            if !(verifying && verify.is_none()) {
+                tokio::time::sleep(delay).await;
+            }
 
             if verifying {
                 match self.verify(verify).await? {
@@ -605,7 +605,7 @@ impl<'a> Op<'a> {
             self.record_verdict("none".into())?;
             return Ok(Checked::Undecided("the tool has verify = \"none\"".into()));
         };
-        let call_ctx = self.ctx.for_call(&self.key, self.rec.attempts);
+        let call_ctx = self.ctx.for_call(Some(&self.key), self.rec.attempts);
         let checked = match run_attempt(self.tool, verify(call_ctx)).await {
             Ok(Ok(Verdict::Landed(v))) => {
                 self.record_verdict("landed".into())?;

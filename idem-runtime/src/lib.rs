@@ -66,8 +66,9 @@ pub mod __private {
         value
     }
 
-    /// Spans a missing `Classify` on the error type.
-    pub fn assert_classify<E: Classify>() {}
+    /// Spans a missing `Classify` (or `Debug`, which evidence needs) on the
+    /// error type.
+    pub fn assert_classify<E: Classify + std::fmt::Debug>() {}
 
     /// Spans a journaled result type that cannot be stored.
     pub fn assert_journaled<T: serde::Serialize + serde::de::DeserializeOwned>() {}

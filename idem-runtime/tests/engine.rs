@@ -660,6 +660,45 @@ async fn ambiguous_read_only_retries() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn read_only_attempts_are_numbered_and_keyless() {
+    let dir = TempDir::new().unwrap();
+    let rt = open(dir.path());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let out: Result<u32, ToolError<TestError>> = idem_runtime::__private::call_read_only(
+        &rt.run("run"),
+        tool("t", Class::ReadOnly),
+        move |c: Ctx| {
+            s2.lock().unwrap().push((c.attempt(), c.try_idempotency_key().is_some()));
+            let n = c.attempt();
+            async move {
+                if n < 3 {
+                    Err(TestError::Refused)
+                } else {
+                    Ok(n)
+                }
+            }
+        },
+    )
+    .await;
+    assert_eq!(out.unwrap(), 3);
+    assert_eq!(*seen.lock().unwrap(), [(1, false), (2, false), (3, false)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn verify_none_escalates_without_waiting() {
+    let dir = TempDir::new().unwrap();
+    let rt = open(dir.path());
+    let p = Provider::new(&[Step::LoseThenTimeout]);
+    let started = Instant::now();
+    let err = call(&rt.run("run"), tool("t", Class::Journal), &p, 1, "a", VerifyMode::None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ToolError::Escalated { .. }), "{err:?}");
+    assert_eq!(started.elapsed(), Duration::ZERO, "no backoff before a certain escalation");
+}
+
+#[tokio::test(start_paused = true)]
 async fn ambiguous_provider_retries_with_the_same_key() {
     let dir = TempDir::new().unwrap();
     let rt = open(dir.path());

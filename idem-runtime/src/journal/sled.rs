@@ -427,6 +427,9 @@ impl Journal for SledJournal {
 
 impl Drop for SledJournal {
     fn drop(&mut self) {
+        // Events that need no barrier of their own (dedupe hits, retries)
+        // wait in memory for the next one; a clean close is one.
+        let _ = self.sync_blocking();
         let Some(open) = self.open.take() else {
             return;
         };

@@ -1,0 +1,526 @@
+//! idem makes side-effecting AI-agent tool calls safe to retry.
+//!
+//! Annotate a tool function once with [`#[tool]`](macro@tool): the attribute
+//! generates a wrapper that derives a stable idempotency key, brackets the
+//! call with durable journal writes (INTENT before, COMMITTED after),
+//! classifies failures with [`Classify`], and retries only when the tool's
+//! class says a retry cannot duplicate a real-world effect. Outcomes nobody
+//! can settle automatically are parked as [`Escalation`]s for a human.
+//!
+//! ```
+//! use idem::{tool, Classify, Ctx, Failure, Runtime, Verdict};
+//!
+//! #[derive(Debug)]
+//! enum MailError {
+//!     Refused,
+//!     Timeout,
+//!     Rejected(String),
+//! }
+//!
+//! impl Classify for MailError {
+//!     fn classify(&self) -> Failure {
+//!         match self {
+//!             MailError::Refused => Failure::not_sent(),
+//!             MailError::Timeout => Failure::ambiguous(),
+//!             MailError::Rejected(_) => Failure::Semantic,
+//!         }
+//!     }
+//! }
+//! # impl std::fmt::Display for MailError {
+//! #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{self:?}") }
+//! # }
+//! # impl std::error::Error for MailError {}
+//!
+//! #[tool(class = "journal", key = "to, order_id", verify = email_landed, redact = "body")]
+//! async fn send_email(ctx: &Ctx, to: String, order_id: u64, body: String) -> Result<String, MailError> {
+//!     // A real tool passes ctx.idempotency_key() to the provider.
+//!     Ok(format!("sent {order_id} to {to} as {}", ctx.idempotency_key()))
+//! }
+//!
+//! async fn email_landed(ctx: &Ctx) -> Result<Verdict<String>, MailError> {
+//!     // A real verify searches the provider's sent messages for the key.
+//!     Ok(Verdict::NotLanded)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let journal_dir = dir.path();
+//! let rt = Runtime::open(journal_dir)?;
+//! let ctx = rt.run("order-4711");
+//! let first = send_email(&ctx, "ann@example.com".into(), 4711, "Thanks!".into()).await?;
+//! // The same call again (after a crash, a retry of the agent step, ...):
+//! // replayed from the journal, the email is not sent twice.
+//! let again = send_email(&ctx, "ann@example.com".into(), 4711, "Thanks!".into()).await?;
+//! assert_eq!(first, again);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The runtime's types are re-exported here; see [`Runtime`] for the
+//! journal, [`Ctx`] for runs, scopes and memoized steps, and
+//! [`Runtime::escalations`] / [`Runtime::resolve`] for the human side.
+
+#![warn(missing_docs)]
+
+pub use idem_runtime::*;
+
+/// Makes an async function or `&self` method a retry-safe tool.
+///
+/// ```text
+/// #[tool(
+///     class = "read_only" | "provider" | "journal" | "at_most_once",   required
+///     key = "to, template, order.id",   the fields that identify one operation
+///     name = "send_email",              stable tool id (default: the fn name)
+///     verify = email_landed,            journal class: how to tell if it landed
+///     dedupe_window = "24h",            provider class: how long it keeps keys
+///     retry(max_attempts = 5, initial = "1s", backoff = 2.0,
+///           max_interval = "100s", max_elapsed = "1h", jitter = true),
+///     timeout = "30s",                  per attempt; an overrun is ambiguous
+///     on_drift = "replay" | "reject",   same key, other arguments
+///     redact = "body, card",            never written to the journal
+///     crate = "::idem",                 where the generated code finds idem
+/// )]
+/// ```
+///
+/// # The function
+///
+/// - An `async fn`, free or a method taking `&self`.
+/// - Its first parameter (after `&self`) is the call context, `ctx: &Ctx`
+///   (any name). Inside the body it is the context *of the attempt*: it
+///   carries [`Ctx::idempotency_key`] (identical on every attempt and after a
+///   restart) and [`Ctx::attempt`].
+/// - It returns `Result<T, E>` with `E: Classify + Debug`; for the three
+///   journaled classes `T: Serialize + DeserializeOwned` (the result is
+///   stored and replayed).
+/// - Every other parameter is a plain name and `Clone`: each attempt runs the
+///   body on its own copy. Non-redacted arguments are recorded (by their
+///   serde form when they have one) as evidence and to detect drift.
+///
+/// The generated function has the same signature, except that the error
+/// type becomes [`ToolError<E>`](ToolError). Before the first attempt it
+/// derives the key from the context's root run and scope, the tool's `name`
+/// and the `key` fields, then lets the engine run, retry, replay or escalate
+/// the call. `return` and `?` in the body work as before. Its future is
+/// `Send` whenever the body's is, so tool calls can be `tokio::spawn`ed.
+/// Every tool is listed, with its settings, by [`tools()`].
+///
+/// # Classes
+///
+/// | class | what a retry could do | a failure that may have landed | deduplicated by |
+/// |---|---|---|---|
+/// | `"read_only"` | nothing: it only reads | retried | nothing needed: no key, no journal |
+/// | `"provider"` | nothing, if the same key is sent | retried with the same key, within the provider's `dedupe_window` | the provider (Stripe's `Idempotency-Key`) |
+/// | `"journal"` | a duplicate effect | `verify` is asked first; re-run only if it did not land | idem's journal |
+/// | `"at_most_once"` | a duplicate effect | never retried: escalated to a human | idem's journal |
+///
+/// A failure that provably never reached the provider (`Failure::NotSent`)
+/// is retried in every class; a semantic refusal (`Failure::Semantic`) is
+/// returned at once in every class.
+///
+/// # Arguments
+///
+/// The examples share this error type (hidden in the examples below):
+///
+/// ```
+/// use idem::{Classify, Failure};
+///
+/// #[derive(Debug)]
+/// enum ApiError {
+///     Refused,  // connection refused: never sent
+///     Timeout,  // may have been applied
+///     Rejected, // the provider said no
+/// }
+///
+/// impl Classify for ApiError {
+///     fn classify(&self) -> Failure {
+///         match self {
+///             ApiError::Refused => Failure::not_sent(),
+///             ApiError::Timeout => Failure::ambiguous(),
+///             ApiError::Rejected => Failure::Semantic,
+///         }
+///     }
+/// }
+/// ```
+///
+/// ## `class` (required)
+///
+/// What a retry can do to the real world, and therefore how the engine
+/// treats the tool (see the table above). A read-only tool is not journaled
+/// and takes no `key`:
+///
+/// ```
+/// # use idem::{tool, Classify, Ctx, Failure, Runtime};
+/// # #[derive(Debug)] enum ApiError { Refused, Timeout, Rejected }
+/// # impl Classify for ApiError { fn classify(&self) -> Failure { match self { ApiError::Refused => Failure::not_sent(), ApiError::Timeout => Failure::ambiguous(), ApiError::Rejected => Failure::Semantic } } }
+/// # impl std::fmt::Display for ApiError { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{self:?}") } }
+/// # impl std::error::Error for ApiError {}
+/// #[tool(class = "read_only")]
+/// async fn order_status(ctx: &Ctx, order_id: u64) -> Result<String, ApiError> {
+///     Ok(format!("order {order_id}: shipped"))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let rt = Runtime::open(dir.path())?;
+/// let ctx = rt.run("order-4711");
+/// assert_eq!(order_status(&ctx, 4711).await?, "order 4711: shipped");
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ## `key`
+///
+/// Required for the three journaled classes, refused on `read_only`: the
+/// parameters that identify one real-world operation, in order, as a
+/// comma-separated list. An entry is a parameter or a field path on one
+/// (`order.id`, `pair.0`). Each field's type must implement [`KeyPart`]
+/// (integers, strings, `Option`, sequences, tuples, `BTreeMap`/`BTreeSet`;
+/// `&str` and `String` encode alike); floats, `HashMap`/`HashSet` and
+/// clock readings are refused at compile time. The context's root run and
+/// scope are always part of the key, so `ctx` is never listed.
+///
+/// Arguments left out of the key (here `note`) do not make a new operation:
+/// a second call with the same key fields replays the first one.
+///
+/// ```
+/// # use idem::{tool, Classify, Ctx, Failure, Runtime};
+/// # use std::sync::atomic::{AtomicUsize, Ordering};
+/// # #[derive(Debug)] enum ApiError { Refused, Timeout, Rejected }
+/// # impl Classify for ApiError { fn classify(&self) -> Failure { match self { ApiError::Refused => Failure::not_sent(), ApiError::Timeout => Failure::ambiguous(), ApiError::Rejected => Failure::Semantic } } }
+/// # impl std::fmt::Display for ApiError { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{self:?}") } }
+/// # impl std::error::Error for ApiError {}
+/// # static CHARGES: AtomicUsize = AtomicUsize::new(0);
+/// #[derive(Clone, serde::Serialize)]
+/// struct Order {
+///     id: u64,
+///     currency: String,
+/// }
+///
+/// #[tool(class = "provider", key = "order.id, order.currency, amount_cents")]
+/// async fn charge(ctx: &Ctx, order: Order, amount_cents: u64, note: String) -> Result<String, ApiError> {
+///     CHARGES.fetch_add(1, Ordering::SeqCst);
+///     // A real tool sends ctx.idempotency_key() to the provider.
+///     Ok(format!("charged {amount_cents} for order {}", order.id))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let rt = Runtime::open(dir.path())?;
+/// let ctx = rt.run("order-4711");
+/// let order = Order { id: 4711, currency: "EUR".into() };
+/// let first = charge(&ctx, order.clone(), 1999, "first try".into()).await?;
+/// let again = charge(&ctx, order.clone(), 1999, "agent retried".into()).await?;
+/// assert_eq!(first, again);
+/// assert_eq!(CHARGES.load(Ordering::SeqCst), 1);
+/// // Another amount is another operation.
+/// charge(&ctx, order, 2999, "".into()).await?;
+/// assert_eq!(CHARGES.load(Ordering::SeqCst), 2);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ## `name`
+///
+/// The stable id of the tool, part of every key (default: the function's
+/// name; for a method, the method's name alone, since an attribute cannot
+/// see the type it is implemented on). Two tools must not share a name,
+/// or equal key fields would make them one operation: name them apart when
+/// two modules or types each have, say, a `send`. Set `name` before
+/// renaming a function, so that operations already in the journal keep
+/// deduplicating:
+///
+/// ```
+/// # use idem::{tool, Classify, Ctx, Failure, Runtime};
+/// # #[derive(Debug)] enum ApiError { Refused, Timeout, Rejected }
+/// # impl Classify for ApiError { fn classify(&self) -> Failure { match self { ApiError::Refused => Failure::not_sent(), ApiError::Timeout => Failure::ambiguous(), ApiError::Rejected => Failure::Semantic } } }
+/// # impl std::fmt::Display for ApiError { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{self:?}") } }
+/// # impl std::error::Error for ApiError {}
+/// #[tool(class = "provider", name = "send_receipt", key = "order_id")]
+/// async fn send_receipt_v2(ctx: &Ctx, order_id: u64) -> Result<String, ApiError> {
+///     Ok(ctx.idempotency_key().to_string())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let rt = Runtime::open(dir.path())?;
+/// let key = send_receipt_v2(&rt.run("order-4711"), 4711).await?;
+/// assert!(key.starts_with("send_receipt-"));
+/// assert!(idem::tools().any(|t| t.name == "send_receipt"));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ## `verify`
+///
+/// Journal class only, and required there: how to find out whether an
+/// attempt whose outcome is unknown (a timeout, a reset after sending)
+/// landed, before anything is sent again. A path to an
+/// `async fn(&Ctx) -> Result<Verdict<T>, E>` that looks the effect up by
+/// [`Ctx::idempotency_key`]: [`Verdict::Landed`] commits its result,
+/// [`Verdict::NotLanded`] lets the engine re-run the call,
+/// [`Verdict::Unknown`] (or an error) escalates. In a method tool a bare
+/// name is a method of the same type (`verify = landed` calls
+/// `self.landed(&ctx)`); a path with `::` is a free function.
+/// `verify = "none"` escalates every unknown outcome.
+///
+/// ```
+/// # use idem::{tool, Classify, Ctx, Failure, Runtime, Verdict};
+/// # use std::collections::BTreeMap;
+/// # use std::sync::Mutex;
+/// # #[derive(Debug)] enum ApiError { Refused, Timeout, Rejected }
+/// # impl Classify for ApiError { fn classify(&self) -> Failure { match self { ApiError::Refused => Failure::not_sent(), ApiError::Timeout => Failure::ambiguous(), ApiError::Rejected => Failure::Semantic } } }
+/// # impl std::fmt::Display for ApiError { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{self:?}") } }
+/// # impl std::error::Error for ApiError {}
+/// /// A ticket system that does not deduplicate: tickets carry our key.
+/// struct Tickets {
+///     by_key: Mutex<BTreeMap<String, u64>>,
+/// }
+///
+/// impl Tickets {
+///     #[tool(class = "journal", key = "title", verify = find_ticket)]
+///     async fn open(&self, ctx: &Ctx, title: String) -> Result<u64, ApiError> {
+///         let mut tickets = self.by_key.lock().unwrap();
+///         let id = tickets.len() as u64 + 1;
+///         tickets.insert(ctx.idempotency_key().to_string(), id);
+///         if ctx.attempt() == 1 {
+///             return Err(ApiError::Timeout); // created, but the answer was lost
+///         }
+///         Ok(id)
+///     }
+///
+///     async fn find_ticket(&self, ctx: &Ctx) -> Result<Verdict<u64>, ApiError> {
+///         let tickets = self.by_key.lock().unwrap();
+///         Ok(match tickets.get(ctx.idempotency_key().as_str()) {
+///             Some(id) => Verdict::Landed(*id),
+///             None => Verdict::NotLanded,
+///         })
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let rt = Runtime::open(dir.path())?;
+/// let tickets = Tickets { by_key: Mutex::default() };
+/// let id = tickets.open(&rt.run("incident-7"), "disk full".into()).await?;
+/// // verify found the ticket of the timed-out attempt: no second ticket.
+/// assert_eq!(id, 1);
+/// assert_eq!(tickets.by_key.lock().unwrap().len(), 1);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ## `dedupe_window`
+///
+/// Provider class only: how long the provider remembers an idempotency key
+/// (default `"24h"`, Stripe's retention). An operation that may have landed
+/// is re-sent under its key only inside the window; after it, it escalates.
+/// The retry budget must end inside the window: a `retry(max_elapsed)` that
+/// is not shorter is a compile error.
+///
+/// ```
+/// # use idem::{tool, Classify, Ctx, Failure};
+/// # use std::time::Duration;
+/// # #[derive(Debug)] enum ApiError { Refused, Timeout, Rejected }
+/// # impl Classify for ApiError { fn classify(&self) -> Failure { match self { ApiError::Refused => Failure::not_sent(), ApiError::Timeout => Failure::ambiguous(), ApiError::Rejected => Failure::Semantic } } }
+/// #[tool(class = "provider", key = "payout_id", dedupe_window = "7d", retry(max_elapsed = "2d"))]
+/// async fn payout(ctx: &Ctx, payout_id: String, cents: u64) -> Result<(), ApiError> {
+///     Ok(())
+/// }
+///
+/// let t = idem::tools().find(|t| t.name == "payout").unwrap();
+/// assert_eq!(t.dedupe_window, Duration::from_secs(7 * 24 * 3600));
+/// assert_eq!(t.retry.max_elapsed, Some(Duration::from_secs(2 * 24 * 3600)));
+/// ```
+///
+/// ## `retry(...)`
+///
+/// The retry policy, each setting optional; the defaults are
+/// [`RetryPolicy::DEFAULT`] (Temporal's intervals with a finite budget):
+/// `max_attempts = 5` (the first included), `initial = "1s"` (first delay),
+/// `backoff = 2.0` (multiplier), `max_interval` (cap of one delay: 100 ×
+/// `initial` unless given), `max_elapsed = "1h"` (from the first attempt,
+/// across restarts; `"none"` for no bound), `jitter = true` (each delay
+/// drawn from 50–100 % of its value). A provider's `Retry-After` is a floor.
+/// Refused on `at_most_once`, which never retries a request that may have
+/// been sent.
+///
+/// ```
+/// # use idem::{tool, Classify, Ctx, Failure, Runtime};
+/// # use std::time::Duration;
+/// # #[derive(Debug)] enum ApiError { Refused, Timeout, Rejected }
+/// # impl Classify for ApiError { fn classify(&self) -> Failure { match self { ApiError::Refused => Failure::not_sent(), ApiError::Timeout => Failure::ambiguous(), ApiError::Rejected => Failure::Semantic } } }
+/// # impl std::fmt::Display for ApiError { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{self:?}") } }
+/// # impl std::error::Error for ApiError {}
+/// #[tool(
+///     class = "provider",
+///     key = "sku",
+///     retry(max_attempts = 3, initial = "200ms", backoff = 3.0, max_elapsed = "1m", jitter = false)
+/// )]
+/// async fn reserve(ctx: &Ctx, sku: String) -> Result<u32, ApiError> {
+///     if ctx.attempt() < 3 {
+///         return Err(ApiError::Refused); // never sent: safe to retry
+///     }
+///     Ok(ctx.attempt())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let rt = Runtime::open(dir.path())?;
+/// let started = tokio::time::Instant::now();
+/// assert_eq!(reserve(&rt.run("cart-1"), "sku-9".into()).await?, 3);
+/// // Waited 200 ms, then 600 ms.
+/// assert!(started.elapsed() >= Duration::from_millis(800));
+/// let t = idem::tools().find(|t| t.name == "reserve").unwrap();
+/// assert_eq!(t.retry.max_interval, Duration::from_secs(20)); // 100 × initial
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ## `timeout`
+///
+/// A limit per attempt. An attempt that overruns is dropped and counts as
+/// ambiguous (it may have reached the provider), so the class decides what
+/// follows: a provider tool retries with the same key, a journal tool asks
+/// `verify`, an at-most-once tool escalates.
+///
+/// ```
+/// # use idem::{tool, Classify, Ctx, Failure, Runtime, ToolError};
+/// # use std::time::Duration;
+/// # #[derive(Debug)] enum ApiError { Refused, Timeout, Rejected }
+/// # impl Classify for ApiError { fn classify(&self) -> Failure { match self { ApiError::Refused => Failure::not_sent(), ApiError::Timeout => Failure::ambiguous(), ApiError::Rejected => Failure::Semantic } } }
+/// #[tool(class = "at_most_once", key = "transfer_id", timeout = "5s")]
+/// async fn wire(ctx: &Ctx, transfer_id: String, cents: u64) -> Result<(), ApiError> {
+///     tokio::time::sleep(Duration::from_secs(60)).await; // the bank hangs
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let rt = Runtime::open(dir.path())?;
+/// let err = wire(&rt.run("payout-3"), "tr-3".into(), 10_000).await.unwrap_err();
+/// assert!(matches!(err, ToolError::Escalated { .. }));
+/// assert_eq!(rt.escalations()?.len(), 1);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ## `on_drift`
+///
+/// What to do when a key is called again with different full arguments
+/// (arguments outside the key changed): `"replay"` (default) keeps the
+/// first operation and records an `ArgsDrift` audit event; `"reject"`
+/// refuses the call with [`ToolError::ArgsMismatch`], as Stripe does.
+///
+/// ```
+/// # use idem::{tool, Classify, Ctx, Failure, Runtime, ToolError};
+/// # #[derive(Debug)] enum ApiError { Refused, Timeout, Rejected }
+/// # impl Classify for ApiError { fn classify(&self) -> Failure { match self { ApiError::Refused => Failure::not_sent(), ApiError::Timeout => Failure::ambiguous(), ApiError::Rejected => Failure::Semantic } } }
+/// # impl std::fmt::Display for ApiError { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{self:?}") } }
+/// # impl std::error::Error for ApiError {}
+/// #[tool(class = "provider", key = "order_id", on_drift = "reject")]
+/// async fn refund(ctx: &Ctx, order_id: u64, cents: u64) -> Result<u64, ApiError> {
+///     Ok(cents)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let rt = Runtime::open(dir.path())?;
+/// let ctx = rt.run("order-4711");
+/// assert_eq!(refund(&ctx, 4711, 500).await?, 500);
+/// let err = refund(&ctx, 4711, 5000).await.unwrap_err();
+/// assert!(matches!(err, ToolError::ArgsMismatch { .. }));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ## `redact`
+///
+/// Parameters never written to the journal, the audit stream or escalation
+/// evidence (recorded as `"<redacted>"`, left out of drift detection). Key
+/// fields may be redacted: the key holds only their digest.
+///
+/// ```
+/// # use idem::{tool, Classify, Ctx, Failure, Runtime};
+/// # #[derive(Debug)] enum ApiError { Refused, Timeout, Rejected }
+/// # impl Classify for ApiError { fn classify(&self) -> Failure { match self { ApiError::Refused => Failure::not_sent(), ApiError::Timeout => Failure::ambiguous(), ApiError::Rejected => Failure::Semantic } } }
+/// #[tool(class = "at_most_once", key = "order_id", redact = "card_number")]
+/// async fn pay(ctx: &Ctx, order_id: u64, card_number: String) -> Result<(), ApiError> {
+///     Err(ApiError::Timeout)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let rt = Runtime::open(dir.path())?;
+/// pay(&rt.run("order-4711"), 4711, "4242 4242 4242 4242".into()).await.unwrap_err();
+/// let evidence = &rt.escalations()?[0].args;
+/// assert_eq!(evidence["order_id"], 4711);
+/// assert_eq!(evidence["card_number"], "<redacted>");
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ## `crate`
+///
+/// The path through which the generated code reaches idem (default
+/// `::idem`), for crates that use it through a re-export:
+///
+/// ```
+/// mod framework {
+///     /// idem, as this framework exposes it.
+///     pub mod rt {
+///         pub use idem::*;
+///     }
+/// }
+///
+/// use framework::rt::{tool, Classify, Ctx, Failure};
+///
+/// #[derive(Debug)]
+/// struct ApiError;
+///
+/// impl Classify for ApiError {
+///     fn classify(&self) -> Failure {
+///         Failure::Semantic
+///     }
+/// }
+///
+/// #[tool(class = "read_only", crate = "crate::framework::rt")]
+/// async fn ping(ctx: &Ctx) -> Result<(), ApiError> {
+///     Ok(())
+/// }
+/// # fn main() {}
+/// ```
+///
+/// # Compile-time checks
+///
+/// Mistakes are compile errors on the token at fault, all reported in one
+/// build (the function is then left as written, so nothing else breaks):
+/// a missing or unknown `class`; `key` missing on a journaled class or
+/// given on `read_only`; a key entry that is not a parameter (or a field
+/// path on one), or is the context; a key field without a stable encoding
+/// (no [`KeyPart`]); a function that is not `async`, does not return
+/// `Result<T, E>`, takes no `&Ctx` first, or takes `&mut self`; `E` without
+/// [`Classify`]; a journaled `T` that cannot be stored; an argument that is
+/// not `Clone`; `verify` missing on a journal tool or given on another
+/// class; `retry` on `at_most_once`; a provider's `max_elapsed` not shorter
+/// than its `dedupe_window`; unknown (with the closest valid name
+/// suggested) or duplicate arguments, malformed durations, and `redact`
+/// entries that are not parameters.
+///
+/// Durations are written as a number and a unit among `ms`, `s`, `m`, `h`,
+/// `d`: `"500ms"`, `"1.5s"`, `"24h"`, `"1h 30m"`.
+pub use idem_macros::tool;
+
+/// What the code generated by `#[tool]` uses. Not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    pub use idem_runtime::__private::*;
+}

@@ -1,0 +1,29 @@
+use idem::{tool, Classify, Ctx, Failure};
+
+#[derive(Debug)]
+struct PayError;
+impl Classify for PayError {
+    fn classify(&self) -> Failure {
+        Failure::Semantic
+    }
+}
+
+#[tool(class = "provider", key = "order, cents")]
+async fn charge(ctx: &Ctx, order_id: u64, cents: u64) -> Result<(), PayError> {
+    let _ = (ctx, order_id, cents);
+    Ok(())
+}
+
+#[tool(class = "provider", key = "req.order_id")]
+async fn refund(ctx: &Ctx, order_id: u64) -> Result<(), PayError> {
+    let _ = (ctx, order_id);
+    Ok(())
+}
+
+#[tool(class = "provider", key = "order_id, order_id")]
+async fn capture(ctx: &Ctx, order_id: u64) -> Result<(), PayError> {
+    let _ = (ctx, order_id);
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,17 @@
+use idem::{tool, Classify, Ctx, Failure};
+
+#[derive(Debug)]
+struct DbError;
+impl Classify for DbError {
+    fn classify(&self) -> Failure {
+        Failure::not_sent()
+    }
+}
+
+#[tool(class = "read_only", key = "order_id")]
+async fn order_status(ctx: &Ctx, order_id: u64) -> Result<String, DbError> {
+    let _ = ctx;
+    Ok(order_id.to_string())
+}
+
+fn main() {}
