@@ -79,7 +79,7 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
 pub(crate) fn display(d: Duration) -> String {
     let nanos = d.as_nanos();
     for &(unit, size) in UNITS.iter().rev().skip(1) {
-        if nanos != 0 && nanos % size == 0 {
+        if nanos != 0 && nanos.is_multiple_of(size) {
             return format!("{}{unit}", nanos / size);
         }
     }
