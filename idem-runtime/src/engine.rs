@@ -550,7 +550,9 @@ impl<'a> Op<'a> {
     async fn out_of_budget<E>(&mut self, last: Last<E>, why: String) -> ToolError<E> {
         if self.rec.maybe_landed {
             let detail = if last.text.is_empty() {
-                self.rec.last_error.clone().unwrap_or_default()
+                self.rec.last_error.clone().unwrap_or_else(|| {
+                    "none recorded (the attempt's process died or its call was dropped)".into()
+                })
             } else {
                 last.text.clone()
             };

@@ -66,6 +66,18 @@ pub(crate) enum State {
 }
 
 impl State {
+    /// Whether nothing more will happen to the operation unless it is
+    /// called again: what retention may forget.
+    pub(crate) fn is_finished(&self) -> bool {
+        matches!(
+            self,
+            State::Committed { .. }
+                | State::Rejected { .. }
+                | State::Failed { .. }
+                | State::Abandoned
+        )
+    }
+
     pub(crate) fn name(&self) -> &'static str {
         match self {
             State::Intent => "intent",

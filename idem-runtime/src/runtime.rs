@@ -45,6 +45,7 @@ pub(crate) struct Shared {
     /// Identifies this process's writes in records.
     pub(crate) incarnation: u64,
     pub(crate) in_flight_wait: Duration,
+    pub(crate) retention: Duration,
 }
 
 /// Options for [`Runtime`]; see [`Runtime::builder`].
@@ -54,6 +55,7 @@ pub struct RuntimeBuilder {
     clock: Option<Arc<dyn Clock>>,
     sled: SledOptions,
     in_flight_wait: Duration,
+    retention: Duration,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -62,6 +64,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("path", &self.path)
             .field("sled", &self.sled)
             .field("in_flight_wait", &self.in_flight_wait)
+            .field("retention", &self.retention)
             .finish()
     }
 }
@@ -101,6 +104,16 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How long finished operations, memoized steps and audit events are
+    /// kept before [`Runtime::prune`] may remove them (default 7 days). Never
+    /// shorter, in effect, than the longest `dedupe_window` of the tools in
+    /// the binary: a key forgotten by idem but remembered by the provider
+    /// would turn a replay into a provider-side conflict.
+    pub fn retention(mut self, keep: Duration) -> Self {
+        self.retention = keep;
+        self
+    }
+
     /// Opens the journal and starts the runtime.
     pub fn open(self) -> Result<Runtime, Error> {
         let journal: Arc<dyn Journal> = match (self.journal, self.path) {
@@ -122,6 +135,7 @@ impl RuntimeBuilder {
                 jitter: Jitter::new(incarnation),
                 incarnation,
                 in_flight_wait: self.in_flight_wait,
+                retention: self.retention,
             }),
         })
     }
@@ -161,6 +175,7 @@ impl Runtime {
             clock: None,
             sled: SledOptions::default(),
             in_flight_wait: Duration::from_secs(30),
+            retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 
@@ -259,6 +274,80 @@ impl Runtime {
         journal.sync_blocking()
     }
 
+    /// The retention in effect: the configured one, raised to the longest
+    /// dedupe window of any tool in this binary.
+    pub fn retention(&self) -> Duration {
+        crate::class::tools()
+            .map(|t| t.dedupe_window)
+            .fold(self.shared.retention, Duration::max)
+    }
+
+    /// Removes what is older than [`Runtime::retention`]: finished
+    /// operations (committed, rejected, failed, abandoned), memoized steps
+    /// and audit events. Operations in flight, waiting, escalated or
+    /// reissued are never removed, however old. A record that cannot be
+    /// decoded is left alone and counted. Durable when this returns.
+    pub fn prune(&self) -> Result<PruneReport, Error> {
+        let journal = &*self.shared.journal;
+        let now = self.shared.clock.now_ms();
+        let cutoff = now.saturating_sub(self.retention().as_millis() as u64);
+        let mut report = PruneReport {
+            cutoff_ms: cutoff,
+            ..PruneReport::default()
+        };
+        let mut doomed = Vec::new();
+        for item in journal.scan(Space::Ops, &[]) {
+            let (key, bytes) = item?;
+            report.ops_scanned += 1;
+            match record::decode::<OpRecord>(Kind::Op, &bytes, journal.location(), &key) {
+                Ok(rec) if rec.updated_ms < cutoff && rec.state.is_finished() => {
+                    doomed.push((key, bytes));
+                }
+                Ok(rec) if !rec.state.is_finished() => report.ops_kept_open += 1,
+                Ok(_) => {}
+                Err(_) => report.undecodable += 1,
+            }
+        }
+        for (key, bytes) in doomed {
+            // A call that changed the record since we read it wins.
+            if journal.compare_and_swap(Space::Ops, &key, Some(&bytes), None)? == Cas::Swapped {
+                report.ops_removed += 1;
+            }
+        }
+        let mut old_steps = Vec::new();
+        for item in journal.scan(Space::Steps, &[]) {
+            let (key, bytes) = item?;
+            match record::decode::<record::StepRecord>(Kind::Step, &bytes, journal.location(), &key)
+            {
+                Ok(step) if step.at_ms < cutoff => old_steps.push(key),
+                Ok(_) => {}
+                Err(_) => report.undecodable += 1,
+            }
+        }
+        for key in old_steps {
+            journal.remove(Space::Steps, &key)?;
+            report.steps_removed += 1;
+        }
+        // Events are in sequence order, which is time order.
+        let mut first_kept = None;
+        for event in AuditLog::read(journal, 0) {
+            let event = event?;
+            if event.at_ms >= cutoff {
+                first_kept = Some(event.seq);
+                break;
+            }
+        }
+        let before = first_kept.unwrap_or(u64::MAX);
+        report.events_removed = journal.truncate(Space::Audit, &before.to_be_bytes())?;
+        journal.sync_blocking()?;
+        Ok(report)
+    }
+
+    /// Bytes the journal uses on disk.
+    pub fn size_on_disk(&self) -> Result<u64, Error> {
+        self.shared.journal.size_on_disk()
+    }
+
     /// The durable audit stream from sequence number `from` (0: all).
     pub fn audit(&self, from: u64) -> impl Iterator<Item = Result<AuditEvent, Error>> + '_ {
         AuditLog::read(&*self.shared.journal, from)
@@ -279,6 +368,27 @@ impl Runtime {
     pub fn stats(&self) -> Result<Stats, Error> {
         self.shared.audit.stats(&*self.shared.journal)
     }
+}
+
+/// What [`Runtime::prune`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    /// Everything last changed before this instant (ms since the epoch) was
+    /// eligible.
+    pub cutoff_ms: u64,
+    /// Operation records looked at.
+    pub ops_scanned: u64,
+    /// Finished operations removed.
+    pub ops_removed: u64,
+    /// Operations kept because they are not finished (in flight, waiting,
+    /// escalated, reissued), whatever their age.
+    pub ops_kept_open: u64,
+    /// Memoized steps removed.
+    pub steps_removed: u64,
+    /// Audit events removed.
+    pub events_removed: u64,
+    /// Records left alone because they could not be decoded.
+    pub undecodable: u64,
 }
 
 pub(crate) fn escalation_of(digest: &[u8], rec: &OpRecord) -> Result<Escalation, Error> {

@@ -669,7 +669,9 @@ async fn read_only_attempts_are_numbered_and_keyless() {
         &rt.run("run"),
         tool("t", Class::ReadOnly),
         move |c: Ctx| {
-            s2.lock().unwrap().push((c.attempt(), c.try_idempotency_key().is_some()));
+            s2.lock()
+                .unwrap()
+                .push((c.attempt(), c.try_idempotency_key().is_some()));
             let n = c.attempt();
             async move {
                 if n < 3 {
@@ -691,11 +693,22 @@ async fn verify_none_escalates_without_waiting() {
     let rt = open(dir.path());
     let p = Provider::new(&[Step::LoseThenTimeout]);
     let started = Instant::now();
-    let err = call(&rt.run("run"), tool("t", Class::Journal), &p, 1, "a", VerifyMode::None)
-        .await
-        .unwrap_err();
+    let err = call(
+        &rt.run("run"),
+        tool("t", Class::Journal),
+        &p,
+        1,
+        "a",
+        VerifyMode::None,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, ToolError::Escalated { .. }), "{err:?}");
-    assert_eq!(started.elapsed(), Duration::ZERO, "no backoff before a certain escalation");
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "no backoff before a certain escalation"
+    );
 }
 
 #[tokio::test(start_paused = true)]

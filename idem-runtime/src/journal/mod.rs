@@ -104,6 +104,12 @@ pub trait Journal: Send + Sync + 'static {
     /// its big-endian bytes) and returns the number.
     fn append(&self, space: Space, value: &[u8]) -> Result<u64, Error>;
 
+    /// Removes every entry of `space` whose key sorts before `before`
+    /// (for the audit space: every event with a smaller sequence number,
+    /// possibly keeping a few that share storage with later ones). Returns
+    /// how many entries went.
+    fn truncate(&self, space: Space, before: &[u8]) -> Result<u64, Error>;
+
     /// Iterates a space from `from` (inclusive) in key order.
     fn scan(&self, space: Space, from: &[u8]) -> ScanIter<'_>;
 

@@ -366,6 +366,41 @@ impl Journal for SledJournal {
         Ok(seq)
     }
 
+    fn truncate(&self, space: Space, before: &[u8]) -> Result<u64, Error> {
+        let tree = self.tree(space);
+        let mut keys = Vec::new();
+        for key in tree.range(..before.to_vec()).keys() {
+            keys.push(key.map_err(|e| self.err("truncate", e))?);
+        }
+        let mut removed = 0;
+        if space == Space::Audit {
+            // Batch i holds sequence numbers [key i, key i+1): it is wholly
+            // older than `before` only if the next batch starts at or before
+            // it. The last batch below `before` may hold newer events; keep it.
+            let next_after = tree
+                .range(before.to_vec()..)
+                .keys()
+                .next()
+                .transpose()
+                .map_err(|e| self.err("truncate", e))?;
+            for (i, key) in keys.iter().enumerate() {
+                let next = keys.get(i + 1).or(next_after.as_ref());
+                if next.is_some_and(|n| n.as_ref() <= before) {
+                    if let Some(v) = tree.get(key).map_err(|e| self.err("truncate", e))? {
+                        removed += events::decode_batch(&v).map_or(0, |e| e.len() as u64);
+                    }
+                    self.remove(space, key)?;
+                }
+            }
+        } else {
+            for key in &keys {
+                self.remove(space, key)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     fn scan(&self, space: Space, from: &[u8]) -> ScanIter<'_> {
         let location = self.location.clone();
         if space == Space::Audit {

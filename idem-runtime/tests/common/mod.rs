@@ -341,6 +341,10 @@ impl Journal for Faulty {
     fn scan(&self, space: Space, from: &[u8]) -> ScanIter<'_> {
         self.inner.scan(space, from)
     }
+    fn truncate(&self, space: Space, before: &[u8]) -> Result<u64, Error> {
+        self.write(format!("truncate {}", space.name()))?;
+        self.inner.truncate(space, before)
+    }
     fn sync(&self) -> SyncFuture {
         let n = self.syncs.fetch_add(1, Ordering::SeqCst) + 1;
         if self.fail_sync.load(Ordering::SeqCst) == n {
