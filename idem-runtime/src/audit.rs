@@ -12,6 +12,7 @@ use tokio::sync::broadcast;
 use crate::class::OnDrift;
 use crate::error::Error;
 use crate::journal::{Journal, Space};
+use crate::key::IdemKey;
 use crate::record::{self, Kind};
 
 /// One audit event.
@@ -245,6 +246,41 @@ impl Subscription {
     }
 }
 
+/// An event as the engine hands it over: borrowed, so that emitting one
+/// allocates nothing unless someone subscribes.
+pub(crate) struct Draft<'a> {
+    pub at_ms: u64,
+    pub tool: &'a str,
+    pub key: Option<&'a IdemKey>,
+    pub root_run: &'a str,
+    pub agent: &'a str,
+    pub kind: EventKind,
+}
+
+/// The stored form of an event: the key as its digest and generation (its
+/// text is rebuilt from the tool name), the agent only when it differs from
+/// the root run. Encoded from borrowed fields, decoded into owned ones;
+/// bincode writes both the same way.
+#[derive(Serialize)]
+struct StoredRef<'a> {
+    at_ms: u64,
+    tool: &'a str,
+    key: Option<([u8; 32], u32)>,
+    root_run: &'a str,
+    agent: Option<&'a str>,
+    kind: &'a EventKind,
+}
+
+#[derive(Deserialize)]
+struct StoredOwned {
+    at_ms: u64,
+    tool: String,
+    key: Option<([u8; 32], u32)>,
+    root_run: String,
+    agent: Option<String>,
+    kind: EventKind,
+}
+
 /// The runtime's side of the stream.
 pub(crate) struct AuditLog {
     live: broadcast::Sender<AuditEvent>,
@@ -263,20 +299,35 @@ impl AuditLog {
 
     /// Appends an event (durable at the journal's next sync), publishes it
     /// to subscribers and to `tracing`.
-    pub(crate) fn emit(&self, journal: &dyn Journal, mut event: AuditEvent) -> Result<u64, Error> {
-        let bytes = record::encode(Kind::Event, &event)?;
-        event.seq = journal.append(Space::Audit, &bytes)?;
+    pub(crate) fn emit(&self, journal: &dyn Journal, draft: Draft<'_>) -> Result<u64, Error> {
+        let stored = StoredRef {
+            at_ms: draft.at_ms,
+            tool: draft.tool,
+            key: draft.key.map(|k| (*k.digest(), k.generation())),
+            root_run: draft.root_run,
+            agent: (draft.agent != draft.root_run).then_some(draft.agent),
+            kind: &draft.kind,
+        };
+        let bytes = record::encode(Kind::Event, &stored)?;
+        let seq = journal.append(Space::Audit, &bytes)?;
         tracing::info!(
             target: "idem::audit",
-            seq = event.seq,
-            tool = %event.tool,
-            key = event.key.as_deref().unwrap_or(""),
-            root_run = %event.root_run,
-            event = ?event.kind,
+            seq,
+            tool = draft.tool,
+            key = %draft.key.map_or("", IdemKey::as_str),
+            root_run = draft.root_run,
+            event = ?draft.kind,
         );
-        let seq = event.seq;
         if self.live.receiver_count() > 0 {
-            let _ = self.live.send(event);
+            let _ = self.live.send(AuditEvent {
+                seq,
+                at_ms: draft.at_ms,
+                tool: draft.tool.to_string(),
+                key: draft.key.map(|k| k.to_string()),
+                root_run: draft.root_run.to_string(),
+                agent: draft.agent.to_string(),
+                kind: draft.kind,
+            });
         }
         Ok(seq)
     }
@@ -304,16 +355,24 @@ impl AuditLog {
             .scan(Space::Audit, &from.to_be_bytes())
             .map(move |item| {
                 let (k, v) = item?;
-                let mut event: AuditEvent =
-                    record::decode(Kind::Event, &v, journal.location(), &k)?;
+                let stored: StoredOwned = record::decode(Kind::Event, &v, journal.location(), &k)?;
                 let seq: [u8; 8] = k.as_slice().try_into().map_err(|_| Error::Corrupt {
                     what: "audit event",
                     location: journal.location().to_string(),
                     key: crate::key::hex(&k),
                     detail: "sequence key is not 8 bytes".into(),
                 })?;
-                event.seq = u64::from_be_bytes(seq);
-                Ok(event)
+                Ok(AuditEvent {
+                    seq: u64::from_be_bytes(seq),
+                    at_ms: stored.at_ms,
+                    key: stored.key.map(|(digest, gen)| {
+                        IdemKey::from_parts(&stored.tool, digest, gen).to_string()
+                    }),
+                    agent: stored.agent.unwrap_or_else(|| stored.root_run.clone()),
+                    tool: stored.tool,
+                    root_run: stored.root_run,
+                    kind: stored.kind,
+                })
             })
     }
 

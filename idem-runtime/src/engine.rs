@@ -40,7 +40,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::audit::{AuditEvent, EventKind};
+use crate::audit::{Draft, EventKind};
 use crate::class::{Class, OnDrift, ToolDescriptor};
 use crate::ctx::Ctx;
 use crate::error::{Error, ToolError};
@@ -138,9 +138,9 @@ where
         }
         shared.audit.emit(
             &*shared.journal,
-            event(
+            draft(
                 ctx,
-                tool,
+                tool.name,
                 None,
                 EventKind::Retry {
                     attempt: attempts,
@@ -171,14 +171,13 @@ async fn run_attempt<R>(tool: &ToolDescriptor, fut: impl Future<Output = R>) -> 
     }
 }
 
-fn event(ctx: &Ctx, tool: &ToolDescriptor, key: Option<&IdemKey>, kind: EventKind) -> AuditEvent {
-    AuditEvent {
-        seq: 0,
+fn draft<'a>(ctx: &'a Ctx, tool: &'a str, key: Option<&'a IdemKey>, kind: EventKind) -> Draft<'a> {
+    Draft {
         at_ms: ctx.shared().clock.now_ms(),
-        tool: tool.name.to_string(),
-        key: key.map(|k| k.to_string()),
-        root_run: ctx.root_run().to_string(),
-        agent: ctx.agent().to_string(),
+        tool,
+        key,
+        root_run: ctx.root_run(),
+        agent: ctx.agent(),
         kind,
     }
 }
@@ -793,7 +792,7 @@ impl<'a> Op<'a> {
             .audit
             .emit(
                 &*self.shared.journal,
-                event(self.ctx, self.tool, Some(&self.key), kind),
+                draft(self.ctx, self.tool.name, Some(&self.key), kind),
             )
             .map(|_| ())
     }
@@ -822,20 +821,8 @@ where
         .field(name)
         .finish();
     let digest = key.digest();
-    let emit = |kind: EventKind| {
-        shared.audit.emit(
-            journal,
-            AuditEvent {
-                seq: 0,
-                at_ms: shared.clock.now_ms(),
-                tool: step_tool(name),
-                key: None,
-                root_run: ctx.root_run().to_string(),
-                agent: ctx.agent().to_string(),
-                kind,
-            },
-        )
-    };
+    let tool = step_tool(name);
+    let emit = |kind: EventKind| shared.audit.emit(journal, draft(ctx, &tool, None, kind));
     if let Some(bytes) = journal.get(Space::Steps, digest)? {
         let rec: StepRecord = record::decode(Kind::Step, &bytes, journal.location(), digest)?;
         let value = serde_json::from_str(&rec.value).map_err(|e| Error::Result {

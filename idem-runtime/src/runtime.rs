@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::audit::{AuditEvent, AuditLog, EventKind, Stats, Subscription};
+use crate::audit::{AuditEvent, AuditLog, Draft, EventKind, Stats, Subscription};
 use crate::clock::{Clock, SystemClock};
 use crate::ctx::Ctx;
 use crate::error::Error;
@@ -258,13 +258,12 @@ impl Runtime {
         let current_key = key.with_generation(rec.generation);
         self.shared.audit.emit(
             journal,
-            AuditEvent {
-                seq: 0,
+            Draft {
                 at_ms: now,
-                tool: rec.tool.clone(),
-                key: Some(current_key.to_string()),
-                root_run: rec.root_run.clone(),
-                agent: "operator".to_string(),
+                tool: &rec.tool,
+                key: Some(&current_key),
+                root_run: &rec.root_run,
+                agent: "operator",
                 kind: EventKind::Resolved {
                     resolution: resolution.label().to_string(),
                     note: note.to_string(),
