@@ -60,8 +60,8 @@ pub async fn call<T, E, F, Fut, V, VFut>(
     tool: &'static ToolDescriptor,
     key: IdemKey,
     args: Args,
-    mut attempt: F,
-    mut verify: Option<V>,
+    attempt: F,
+    verify: Option<V>,
 ) -> Result<T, ToolError<E>>
 where
     T: Serialize + DeserializeOwned,
@@ -74,6 +74,7 @@ where
     if !tool.class.is_journaled() {
         return call_read_only(ctx, tool, attempt).await;
     }
+    let mut body = Fns { attempt, verify };
     let shared = ctx.shared();
     let digest = *key.digest();
     loop {
@@ -95,7 +96,7 @@ where
             }
         };
         let mut op = Op::load(ctx, tool, &key, &args)?;
-        return op.drive(&args, &mut attempt, &mut verify).await;
+        return op.drive(&args, &mut body).await;
     }
 }
 
@@ -182,6 +183,47 @@ fn draft<'a>(ctx: &'a Ctx, tool: &'a str, key: Option<&'a IdemKey>, kind: EventK
     }
 }
 
+/// What the engine needs of a tool: its body, once per attempt, and its
+/// `verify` function, if it has one. One bound instead of six on every step
+/// of the state machine.
+trait Body<T, E> {
+    type Attempt: Future<Output = Result<T, E>>;
+    type Verify: Future<Output = Result<Verdict<T>, E>>;
+    fn attempt(&mut self, ctx: Ctx) -> Self::Attempt;
+    /// `None` when the tool has no verify function.
+    fn verify(&mut self, ctx: Ctx) -> Option<Self::Verify>;
+    fn has_verify(&self) -> bool;
+}
+
+/// The two closures `#[tool]` generates.
+struct Fns<F, V> {
+    attempt: F,
+    verify: Option<V>,
+}
+
+impl<T, E, F, Fut, V, VFut> Body<T, E> for Fns<F, V>
+where
+    F: FnMut(Ctx) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    V: FnMut(Ctx) -> VFut,
+    VFut: Future<Output = Result<Verdict<T>, E>>,
+{
+    type Attempt = Fut;
+    type Verify = VFut;
+
+    fn attempt(&mut self, ctx: Ctx) -> Fut {
+        (self.attempt)(ctx)
+    }
+
+    fn verify(&mut self, ctx: Ctx) -> Option<VFut> {
+        self.verify.as_mut().map(|v| v(ctx))
+    }
+
+    fn has_verify(&self) -> bool {
+        self.verify.is_some()
+    }
+}
+
 /// The last failure of a run, kept to be returned if the budget runs out.
 struct Last<E> {
     err: Option<E>,
@@ -252,22 +294,14 @@ impl<'a> Op<'a> {
     }
 
     /// The decision table for a call that found this record.
-    async fn drive<T, E, F, Fut, V, VFut>(
-        &mut self,
-        args: &Args,
-        attempt: &mut F,
-        verify: &mut Option<V>,
-    ) -> Result<T, ToolError<E>>
+    async fn drive<T, E, B>(&mut self, args: &Args, body: &mut B) -> Result<T, ToolError<E>>
     where
         T: Serialize + DeserializeOwned,
         E: Classify + Debug,
-        F: FnMut(Ctx) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        V: FnMut(Ctx) -> VFut,
-        VFut: Future<Output = Result<Verdict<T>, E>>,
+        B: Body<T, E>,
     {
         if self.stored.is_none() {
-            return self.run(attempt, verify).await;
+            return self.run(body).await;
         }
         match self.rec.state.clone() {
             State::Committed { result, .. } => {
@@ -307,11 +341,11 @@ impl<'a> Op<'a> {
                 // a key the provider has not cached a refusal for.
                 let generation = self.rec.generation + 1;
                 self.restart(args, generation);
-                self.run(attempt, verify).await
+                self.run(body).await
             }
             State::Failed { .. } | State::Reissue => {
                 self.restart(args, self.rec.generation);
-                self.run(attempt, verify).await
+                self.run(body).await
             }
             State::Waiting if !self.rec.maybe_landed => {
                 self.check_drift(args)?;
@@ -319,7 +353,7 @@ impl<'a> Op<'a> {
                     state: "waiting".into(),
                     attempts: self.rec.attempts,
                 })?;
-                self.run(attempt, verify).await
+                self.run(body).await
             }
             State::Intent | State::Waiting => {
                 // Nobody in this process drives it (we hold its slot), so
@@ -332,36 +366,29 @@ impl<'a> Op<'a> {
                     attempts: self.rec.attempts,
                 })?;
                 self.rec.maybe_landed = true;
-                self.recover(attempt, verify).await
+                self.recover(body).await
             }
         }
     }
 
     /// An operation whose last attempt may have landed, found with nobody
     /// driving it.
-    async fn recover<T, E, F, Fut, V, VFut>(
-        &mut self,
-        attempt: &mut F,
-        verify: &mut Option<V>,
-    ) -> Result<T, ToolError<E>>
+    async fn recover<T, E, B>(&mut self, body: &mut B) -> Result<T, ToolError<E>>
     where
         T: Serialize + DeserializeOwned,
         E: Classify + Debug,
-        F: FnMut(Ctx) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        V: FnMut(Ctx) -> VFut,
-        VFut: Future<Output = Result<Verdict<T>, E>>,
+        B: Body<T, E>,
     {
         match self.tool.class {
             // The provider deduplicates on the same key: re-running is safe
             // while it still remembers the key; `run` checks the window and
             // the budget and escalates once either is spent.
-            Class::Provider | Class::ReadOnly => self.run(attempt, verify).await,
-            Class::Journal => match self.verify(verify).await? {
+            Class::Provider | Class::ReadOnly => self.run(body).await,
+            Class::Journal => match self.verify(body).await? {
                 Checked::Landed(v) => self.commit(v, Via::Verify, 0, false).await,
                 Checked::NotLanded => {
                     self.rec.maybe_landed = false;
-                    self.run(attempt, verify).await
+                    self.run(body).await
                 }
                 Checked::Undecided(why) => Err(self
                     .escalate(format!(
@@ -380,18 +407,11 @@ impl<'a> Op<'a> {
     }
 
     /// Attempts until a result, a refusal, an escalation or a spent budget.
-    async fn run<T, E, F, Fut, V, VFut>(
-        &mut self,
-        attempt: &mut F,
-        verify: &mut Option<V>,
-    ) -> Result<T, ToolError<E>>
+    async fn run<T, E, B>(&mut self, body: &mut B) -> Result<T, ToolError<E>>
     where
         T: Serialize + DeserializeOwned,
         E: Classify + Debug,
-        F: FnMut(Ctx) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        V: FnMut(Ctx) -> VFut,
-        VFut: Future<Output = Result<Verdict<T>, E>>,
+        B: Body<T, E>,
     {
         let mut last: Last<E> = Last {
             err: None,
@@ -420,7 +440,7 @@ impl<'a> Op<'a> {
 
             let n = self.rec.attempts;
             let call_ctx = self.ctx.for_call(Some(&self.key), n);
-            let outcome = run_attempt(self.tool, attempt(call_ctx.clone())).await;
+            let outcome = run_attempt(self.tool, body.attempt(call_ctx.clone())).await;
             let (failure, err, text) = match outcome {
                 Ok(Ok(v)) => {
                     return self
@@ -481,12 +501,12 @@ impl<'a> Op<'a> {
             // Before verifying too: give the provider time to settle what
             // it may still be applying. Without a verify function there is
             // nothing to wait for: the escalation is certain.
-            if !(verifying && verify.is_none()) {
+            if !(verifying && !body.has_verify()) {
                 tokio::time::sleep(delay).await;
             }
 
             if verifying {
-                match self.verify(verify).await? {
+                match self.verify(body).await? {
                     Checked::Landed(v) => return self.commit(v, Via::Verify, 0, false).await,
                     Checked::NotLanded => {
                         self.rec.maybe_landed = false;
@@ -595,19 +615,18 @@ impl<'a> Op<'a> {
 
     /// Asks `verify`, records its answer, and reduces it to what the engine
     /// acts on.
-    async fn verify<T, E, V, VFut>(&mut self, verify: &mut Option<V>) -> Result<Checked<T>, Error>
+    async fn verify<T, E, B>(&mut self, body: &mut B) -> Result<Checked<T>, Error>
     where
         T: Serialize + DeserializeOwned,
         E: Classify + Debug,
-        V: FnMut(Ctx) -> VFut,
-        VFut: Future<Output = Result<Verdict<T>, E>>,
+        B: Body<T, E>,
     {
-        let Some(verify) = verify.as_mut() else {
+        let call_ctx = self.ctx.for_call(Some(&self.key), self.rec.attempts);
+        let Some(asked) = body.verify(call_ctx) else {
             self.record_verdict("none".into())?;
             return Ok(Checked::Undecided("the tool has verify = \"none\"".into()));
         };
-        let call_ctx = self.ctx.for_call(Some(&self.key), self.rec.attempts);
-        let checked = match run_attempt(self.tool, verify(call_ctx)).await {
+        let checked = match run_attempt(self.tool, asked).await {
             Ok(Ok(Verdict::Landed(v))) => {
                 self.record_verdict("landed".into())?;
                 Checked::Landed(v)
