@@ -501,7 +501,7 @@ impl<'a> Op<'a> {
             // Before verifying too: give the provider time to settle what
             // it may still be applying. Without a verify function there is
             // nothing to wait for: the escalation is certain.
-            if !(verifying && !body.has_verify()) {
+            if !verifying || body.has_verify() {
                 tokio::time::sleep(delay).await;
             }
 
