@@ -240,6 +240,9 @@ struct Op<'a> {
     key: IdemKey,
     rec: OpRecord,
     stored: Option<Vec<u8>>,
+    /// The bytes of a write that reported failure: it may have happened all
+    /// the same (an I/O error after the change), so undoing it must try them.
+    failed_write: Option<Vec<u8>>,
 }
 
 impl<'a> Op<'a> {
@@ -272,6 +275,7 @@ impl<'a> Op<'a> {
                 resolution: None,
             },
             stored: None,
+            failed_write: None,
         }
     }
 
@@ -384,7 +388,7 @@ impl<'a> Op<'a> {
             // while it still remembers the key; `run` checks the window and
             // the budget and escalates once either is spent.
             Class::Provider | Class::ReadOnly => self.run(body).await,
-            Class::Journal => match self.verify(body).await? {
+            Class::Journal => match self.settle_then_verify(body).await? {
                 Checked::Landed(v) => self.commit(v, Via::Verify, 0, false).await,
                 Checked::NotLanded => {
                     self.rec.maybe_landed = false;
@@ -613,6 +617,33 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// `verify` for an attempt nobody is driving any more. Its request may
+    /// still be inside the provider (the process that sent it died a moment
+    /// ago, or the call was dropped): asking now could hear "not landed"
+    /// just before it lands. So wait until it would have counted as over in
+    /// the call itself: its start, plus the per-attempt timeout, plus the
+    /// backoff the call would have slept before verifying.
+    async fn settle_then_verify<T, E, B>(&mut self, body: &mut B) -> Result<Checked<T>, Error>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Classify + Debug,
+        B: Body<T, E>,
+    {
+        if body.has_verify() {
+            let settle = self.tool.timeout.unwrap_or_default()
+                + self.tool.retry.base_delay(self.rec.attempts.max(1));
+            let ready_ms = self
+                .rec
+                .updated_ms
+                .saturating_add(settle.as_millis() as u64);
+            let now = self.shared.clock.now_ms();
+            if ready_ms > now {
+                tokio::time::sleep(Duration::from_millis(ready_ms - now)).await;
+            }
+        }
+        self.verify(body).await
+    }
+
     /// Asks `verify`, records its answer, and reduces it to what the engine
     /// acts on.
     async fn verify<T, E, B>(&mut self, body: &mut B) -> Result<Checked<T>, Error>
@@ -754,12 +785,13 @@ impl<'a> Op<'a> {
     fn write(&mut self) -> Result<(), Error> {
         self.rec.updated_ms = self.shared.clock.now_ms();
         let bytes = record::encode(Kind::Op, &self.rec)?;
-        match self.shared.journal.compare_and_swap(
+        let outcome = self.shared.journal.compare_and_swap(
             Space::Ops,
             self.key.digest(),
             self.stored.as_deref(),
             Some(&bytes),
-        )? {
+        );
+        match outcome.inspect_err(|_| self.failed_write = Some(bytes.clone()))? {
             Cas::Swapped => {
                 self.stored = Some(bytes);
                 Ok(())
@@ -789,13 +821,22 @@ impl<'a> Op<'a> {
     /// happened for one that may have landed. If this fails too, the
     /// cautious INTENT stays.
     fn revert(&mut self, before: Option<Vec<u8>>) {
-        if let Some(current) = self.stored.take() {
-            let _ = self.shared.journal.compare_and_swap(
+        // What the journal may hold now: our last write, or the write that
+        // reported failure (which may have happened anyway).
+        let candidates = [self.failed_write.take(), self.stored.take()];
+        for current in candidates.into_iter().flatten() {
+            if Some(current.as_slice()) == before.as_deref() {
+                continue;
+            }
+            let undone = self.shared.journal.compare_and_swap(
                 Space::Ops,
                 self.key.digest(),
                 Some(&current),
                 before.as_deref(),
             );
+            if matches!(undone, Ok(Cas::Swapped)) {
+                return;
+            }
         }
     }
 

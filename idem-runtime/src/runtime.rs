@@ -270,6 +270,23 @@ impl Runtime {
                 },
             },
         )?;
+        if let Resolution::Landed(_) = resolution {
+            // It is a commit like any other, for the stream and for stats.
+            self.shared.audit.emit(
+                journal,
+                Draft {
+                    at_ms: now,
+                    tool: &rec.tool,
+                    key: Some(&current_key),
+                    root_run: &rec.root_run,
+                    agent: "operator",
+                    kind: EventKind::Committed {
+                        attempt: 0,
+                        via: "operator".into(),
+                    },
+                },
+            )?;
+        }
         journal.sync_blocking()
     }
 

@@ -171,7 +171,27 @@ fn sigkill_after_the_effect_before_the_commit() {
             }
             _ => assert!(stdout.contains("RESULT escalated"), "{stdout}"),
         }
-        // And the journal still opens afterwards.
-        drop(Runtime::open(&journal).unwrap());
+        // The journal still opens, and the audit stream holds both
+        // processes' events: the dead worker's INTENT and attempt (durable
+        // before its provider call) and the recovery after them, each under
+        // its own sequence number.
+        let rt = Runtime::open(&journal).unwrap();
+        let events: Vec<_> = rt.audit(0).map(Result::unwrap).collect();
+        let kinds: Vec<_> = events.iter().map(|e| &e.kind).collect();
+        assert!(
+            matches!(kinds[0], EventKind::Intent { .. }),
+            "{class}: {kinds:?}"
+        );
+        assert_eq!(kinds[1], &EventKind::Attempt { attempt: 1 }, "{class}");
+        assert!(
+            kinds[2..]
+                .iter()
+                .any(|k| matches!(k, EventKind::Recovered { .. })),
+            "{class}: {kinds:?}"
+        );
+        assert!(
+            events.windows(2).all(|w| w[0].seq < w[1].seq),
+            "{class}: {events:?}"
+        );
     }
 }

@@ -365,6 +365,32 @@ async fn dead_owner_journal_verify_landed_commits_without_rerun() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn recovery_lets_the_dead_attempt_settle_before_verifying() {
+    // The provider is still processing the dropped attempt's request and
+    // applies it 3 s later. A recovery that verified at once would hear
+    // "not landed" and send it again; it waits out the attempt's timeout
+    // and the backoff first, then finds it.
+    let dir = TempDir::new().unwrap();
+    let rt = open(dir.path());
+    let ctx = rt.run("run");
+    let t = tool_with("t", Class::Journal, |d| {
+        d.timeout = Some(Duration::from_secs(5))
+    });
+    let p = Provider::new(&[Step::LandAfter(3)]);
+    let first = call(&ctx, t, &p, 1, "a", VerifyMode::Provider);
+    assert!(tokio::time::timeout(Duration::from_secs(1), first)
+        .await
+        .is_err());
+    let started = Instant::now();
+    let out = call(&ctx, t, &p, 1, "a", VerifyMode::Provider).await;
+    assert_eq!(out.unwrap(), "done:a");
+    assert_eq!(p.calls(), 1, "verified, not sent again");
+    assert_eq!(p.effects(), 1);
+    // 5 s timeout + 1 s backoff from the attempt's start, 1 s of which had passed.
+    assert_eq!(started.elapsed().as_secs(), 5);
+}
+
+#[tokio::test(start_paused = true)]
 async fn dead_owner_journal_verify_not_landed_reruns() {
     let dir = TempDir::new().unwrap();
     let p = Provider::new(&[]);

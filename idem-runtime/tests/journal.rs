@@ -232,6 +232,29 @@ async fn every_failed_write_before_the_intent_sync_means_no_call() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_intent_write_that_happened_but_reported_failure_is_undone() {
+    // EIO after the change: the INTENT is in the journal although the write
+    // said it failed. The provider is not called, and the INTENT is taken
+    // back, so an at_most_once tool does not wake an operator for nothing.
+    let dir = TempDir::new().unwrap();
+    let (rt, faulty) = faulty_runtime(dir.path());
+    faulty.fail_write.store(1, Ordering::SeqCst);
+    faulty.fail_after_writing.store(true, Ordering::SeqCst);
+    let ctx = rt.run("run");
+    let t = tool("t", Class::AtMostOnce);
+    let p = Provider::new(&[]);
+    let err = call(&ctx, t, &p, 1, "a", VerifyMode::None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ToolError::Journal(_)), "{err:?}");
+    assert_eq!(p.calls(), 0);
+    assert_eq!(
+        call(&ctx, t, &p, 1, "a", VerifyMode::None).await.unwrap(),
+        "done:a"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failed_intent_sync_means_no_call_and_no_false_doubt() {
     for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
         let dir = TempDir::new().unwrap();

@@ -111,7 +111,19 @@ impl SledJournal {
             Err(e) => return Err(Error::storage("open", &location, e)),
         };
         if !fresh && !path.join("db").is_file() {
-            return Err(not_journal("it has no sled data file".to_string()));
+            // sled writes its `conf` before its data file: a process killed
+            // in between leaves a journal whose creation never finished, and
+            // nothing can have been written to it. Log segments without a
+            // data file, though, would mean the data file was lost.
+            let has_segments = fs::read_dir(&path)
+                .map_err(|e| Error::storage("open", &location, e))?
+                .filter_map(Result::ok)
+                .any(|e| wal::is_segment(&e.file_name().to_string_lossy()));
+            if has_segments {
+                return Err(not_journal(
+                    "it has write-ahead log segments but no sled data file".to_string(),
+                ));
+            }
         }
 
         let db = sled::Config::new()
@@ -154,6 +166,11 @@ impl SledJournal {
                 .insert(chunk[0].0.to_be_bytes(), events::encode_batch(chunk))
                 .map_err(|e| Error::storage("replay the audit stream", &location, e))?;
         }
+        let next_seq = replayed_events
+            .last()
+            .map(|e| e.0)
+            .max(stored)
+            .map_or(0, |last| last + 1);
         let meta_tree = &trees[Space::Meta as usize];
         match meta_tree
             .get(b"meta")
@@ -224,6 +241,7 @@ impl SledJournal {
             db.clone(),
             db_file,
             trees[Space::Audit as usize].clone(),
+            next_seq,
         )
         .map_err(|e| Error::storage("start the write-ahead log", &location, e))?;
 
@@ -352,10 +370,7 @@ impl Journal for SledJournal {
 
     fn append(&self, space: Space, value: &[u8]) -> Result<u64, Error> {
         if space == Space::Audit {
-            return self
-                .wal()
-                .append_audit(value)
-                .map_err(|e| self.err("append audit event", e));
+            return Ok(self.wal().append_audit(value));
         }
         let seq = self
             .state()
@@ -521,6 +536,23 @@ mod tests {
             SledJournal::open(dir.path()),
             Err(Error::UnsupportedFormat { .. })
         ));
+    }
+
+    #[test]
+    fn a_creation_killed_before_the_data_file_reopens() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("journal");
+        // What a kill between sled's `conf` and its data file leaves.
+        fs::create_dir_all(path.join("blobs")).unwrap();
+        fs::write(path.join("conf"), b"").unwrap();
+        drop(SledJournal::open(&path).unwrap());
+        drop(SledJournal::open(&path).unwrap());
+        // Log segments without a data file are another matter.
+        let other = dir.path().join("other");
+        fs::create_dir_all(&other).unwrap();
+        fs::write(other.join("idem-wal.0000000000000001"), b"IDEMWAL1").unwrap();
+        let err = SledJournal::open(&other).unwrap_err();
+        assert!(matches!(err, Error::NotAJournal { .. }), "{err}");
     }
 
     #[test]

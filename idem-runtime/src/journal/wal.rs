@@ -177,6 +177,11 @@ struct State {
     broken: Option<String>,
     /// Audit events appended but not yet stored in sled (see `events.rs`).
     audit_tail: Vec<Event>,
+    /// The next audit sequence number. Kept here rather than taken from
+    /// sled's `generate_id`, whose counter is only persisted by a sled flush:
+    /// after a kill, a restarted process was handed numbers already used by
+    /// the dead one, and its batches overwrote the dead one's events.
+    next_seq: u64,
 }
 
 /// The log, its group commit, and what a checkpoint needs.
@@ -192,12 +197,15 @@ pub(super) struct Wal {
 impl Wal {
     /// Starts a fresh segment after `last_gen`, once replay is done and sled
     /// holds everything the old segments said.
+    /// `next_seq` must exceed every audit sequence number stored or
+    /// replayed.
     pub(super) fn start(
         dir: &Path,
         last_gen: u64,
         db: sled::Db,
         db_file: File,
         audit: sled::Tree,
+        next_seq: u64,
     ) -> io::Result<Wal> {
         let gen = last_gen + 1;
         let file = create_segment(dir, gen)?;
@@ -212,6 +220,7 @@ impl Wal {
                 flushing: false,
                 broken: None,
                 audit_tail: Vec::new(),
+                next_seq,
             }),
             idle: Condvar::new(),
             db,
@@ -242,9 +251,10 @@ impl Wal {
     /// Appends an audit event: logged for durability and kept in memory
     /// until the flusher stores it in sled. The sequence number is taken
     /// under the log's lock, so the tail is in sequence order.
-    pub(super) fn append_audit(&self, value: &[u8]) -> Result<u64, sled::Error> {
+    pub(super) fn append_audit(&self, value: &[u8]) -> u64 {
         let mut state = self.lock();
-        let seq = self.db.generate_id()?;
+        let seq = state.next_seq;
+        state.next_seq += 1;
         let key = seq.to_be_bytes();
         encode(
             &Entry {
@@ -255,7 +265,7 @@ impl Wal {
             &mut state.pending,
         );
         state.audit_tail.push((seq, value.to_vec()));
-        Ok(seq)
+        seq
     }
 
     /// The audit events not yet in sled, oldest first.

@@ -51,6 +51,9 @@ pub enum Step {
     LandThenHang,
     /// Never answers, applies nothing.
     Hang,
+    /// Never answers; the provider applies the effect this many seconds
+    /// later (a request still being processed when its caller is gone).
+    LandAfter(u64),
 }
 
 /// A provider with a ledger of effects, a script of behaviours and, when
@@ -157,13 +160,20 @@ impl Provider {
             if lands {
                 s.ledger.push((key.clone(), payload.to_string()));
             }
+            if let Step::LandAfter(secs) = step {
+                let (inner, key, payload) = (self.inner.clone(), key.clone(), payload.to_string());
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
+                    inner.lock().unwrap().ledger.push((key, payload));
+                });
+            }
             step
         };
         let out = match step {
             Step::Ok => Ok(format!("done:{payload}")),
             Step::LandThenTimeout | Step::LoseThenTimeout => Err(TestError::Timeout),
             Step::Decline => Err(TestError::Declined),
-            Step::LandThenHang | Step::Hang => std::future::pending().await,
+            Step::LandThenHang | Step::Hang | Step::LandAfter(_) => std::future::pending().await,
             Step::Refuse => unreachable!(),
         };
         (out, false)
@@ -270,6 +280,9 @@ pub struct Faulty {
     pub fail_write: AtomicUsize,
     /// Fail the sync with this 1-based index.
     pub fail_sync: AtomicUsize,
+    /// With `fail_write`: carry the write out, then report it failed (an
+    /// I/O error after the change).
+    pub fail_after_writing: std::sync::atomic::AtomicBool,
     writes: AtomicUsize,
     syncs: AtomicUsize,
 }
@@ -281,6 +294,7 @@ impl Faulty {
             log: Arc::default(),
             fail_write: AtomicUsize::new(0),
             fail_sync: AtomicUsize::new(0),
+            fail_after_writing: std::sync::atomic::AtomicBool::new(false),
             writes: AtomicUsize::new(0),
             syncs: AtomicUsize::new(0),
         })
@@ -323,7 +337,12 @@ impl Journal for Faulty {
         expected: Option<&[u8]>,
         new: Option<&[u8]>,
     ) -> Result<Cas, Error> {
-        self.write(format!("cas {}", space.name()))?;
+        if let Err(e) = self.write(format!("cas {}", space.name())) {
+            if self.fail_after_writing.load(Ordering::SeqCst) {
+                self.inner.compare_and_swap(space, key, expected, new)?;
+            }
+            return Err(e);
+        }
         self.inner.compare_and_swap(space, key, expected, new)
     }
     fn insert(&self, space: Space, key: &[u8], value: &[u8]) -> Result<(), Error> {
