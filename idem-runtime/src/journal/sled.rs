@@ -124,6 +124,10 @@ impl SledJournal {
                     "it has write-ahead log segments but no sled data file".to_string(),
                 ));
             }
+            // sled writes `conf` in two parts (text, then checksum) and
+            // would refuse a torn one as corrupt; with no data file there is
+            // nothing it could describe, so start over.
+            let _ = fs::remove_file(path.join("conf"));
         }
 
         let db = sled::Config::new()
@@ -542,9 +546,14 @@ mod tests {
     fn a_creation_killed_before_the_data_file_reopens() {
         let dir = tempfile::TempDir::new().unwrap();
         let path = dir.path().join("journal");
-        // What a kill between sled's `conf` and its data file leaves.
+        // What a kill between sled's `conf` and its data file leaves: a
+        // conf without its checksum, no data file.
         fs::create_dir_all(path.join("blobs")).unwrap();
-        fs::write(path.join("conf"), b"").unwrap();
+        fs::write(
+            path.join("conf"),
+            b"segment_size: 524288\nuse_compression: false\nversion: 0.34\n",
+        )
+        .unwrap();
         drop(SledJournal::open(&path).unwrap());
         drop(SledJournal::open(&path).unwrap());
         // Log segments without a data file are another matter.
