@@ -1,0 +1,480 @@
+//! The order workflow: five tools, one per idem class, against the fake
+//! providers of `idem-testkit` (real HTTP over 127.0.0.1).
+//!
+//! This file is what an idem user writes. The demo (`cargo run --example
+//! agent`), the torture harness and the torture tests all drive these exact
+//! tools, so what they prove is proved about ordinary `#[idem::tool]` code.
+//!
+//! | step | tool | class | why this class |
+//! |---|---|---|---|
+//! | 1 | `lookup_order` | `read_only` | reading twice duplicates nothing |
+//! | 2 | `charge` | `provider` | the payments API deduplicates on `Idempotency-Key` (Stripe) |
+//! | 3 | `send_email` | `journal` | email has no dedupe, but sent mail can be searched by a key header |
+//! | 4 | `open_ticket` | `journal` | tickets have no dedupe, but can be looked up by external reference |
+//! | 5 | `refund_wire` | `at_most_once` | a wire can neither be deduplicated nor looked up: never re-sent blindly |
+
+// Shared by several targets (the demo, the torture example, the tests); each
+// uses a different part of it.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem::{tool, Ctx, ToolError, Verdict};
+use idem_testkit::{
+    Charge, ChargeOutcome, ChargeRequest, ClientConfig, Clients, EmailMessage, NewTicket,
+    ProviderAddrs, ProviderError, Providers, SentMessage, Ticket, WireReceipt, WireRequest,
+};
+use serde::{Deserialize, Serialize};
+
+/// An order, as the (read-only) order book has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Order {
+    pub id: u64,
+    pub customer: String,
+    pub email: String,
+    pub amount_cents: u64,
+    pub currency: String,
+    /// Where a refund goes.
+    pub iban: String,
+    /// The goodwill refund the support agent grants (late delivery).
+    pub refund_cents: u64,
+}
+
+/// The order book: deterministic, so every process (and every restart) sees
+/// the same order for the same id. Order 4711 is the demo's customer.
+pub fn order_book(id: u64) -> Order {
+    let (customer, email) = if id == 4711 {
+        ("cus_ann".to_string(), "ann@example.com".to_string())
+    } else {
+        // One recipient per order: the email ledger can then be checked per
+        // order, independently of the idempotency keys under test.
+        (format!("cus_{id}"), format!("customer-{id}@example.com"))
+    };
+    Order {
+        id,
+        customer,
+        email,
+        amount_cents: if id == 4711 { 4999 } else { 1000 + id % 9000 },
+        currency: "eur".into(),
+        iban: format!("DE89370400440532{:06}", id % 1_000_000),
+        refund_cents: 500,
+    }
+}
+
+/// The email subject of an order's receipt; also how the ledger check finds it.
+pub fn receipt_subject(order_id: u64) -> String {
+    format!("receipt for order {order_id}")
+}
+
+/// The title of an order's support ticket; also how the ledger check finds it.
+pub fn ticket_title(order_id: u64) -> String {
+    format!("late delivery, order {order_id}")
+}
+
+/// The payment reference of an order's refund wire: the bank's only handle
+/// on it, and what an operator searches the bank statement for.
+pub fn wire_reference(order_id: u64) -> String {
+    format!("refund-{order_id}")
+}
+
+/// The receipt's text.
+fn receipt_body(order: &Order) -> String {
+    format!(
+        "Hello {}, we received {}.{:02} EUR for order {}. Thank you!",
+        order.customer,
+        order.amount_cents / 100,
+        order.amount_cents % 100,
+        order.id
+    )
+}
+
+const TICKET_TOPIC: &str = "late delivery";
+const TICKET_BODY: &str =
+    "Parcel arrived four days late; customer asked for a refund of the shipping fee.";
+
+/// How many times the effect of `tool` for `order` was applied, by the
+/// provider's own ledger and by business identity (order, recipient,
+/// reference), never by idempotency key: a key that changed between
+/// attempts or restarts shows up here as a second effect.
+pub fn effects(providers: &Providers, tool: &str, order: u64) -> usize {
+    match tool {
+        "charge" => providers
+            .payments()
+            .ledger()
+            .iter()
+            .filter(|c| c.order_id == order && c.outcome == ChargeOutcome::Succeeded)
+            .count(),
+        "send_email" => {
+            let to = order_book(order).email;
+            providers
+                .email()
+                .ledger()
+                .iter()
+                .filter(|m| m.to == to && m.subject == receipt_subject(order))
+                .count()
+        }
+        "open_ticket" => providers
+            .tickets()
+            .ledger()
+            .iter()
+            .filter(|t| t.title == ticket_title(order))
+            .count(),
+        "refund_wire" => providers
+            .wire()
+            .ledger()
+            .iter()
+            .filter(|w| w.reference == wire_reference(order))
+            .count(),
+        other => panic!("not an effect tool: {other}"),
+    }
+}
+
+/// Where a request stands, for [`Hook`]s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moment {
+    /// The request is about to go out (its INTENT is durable).
+    Sending,
+    /// The provider confirmed the effect; idem has not written COMMIT yet.
+    /// The worst moment to die.
+    Landed,
+}
+
+/// Lets a harness act at a precise point of a tool call: log it, or kill the
+/// process right there. Arguments: the moment, the tool name, the order id.
+pub type Hook = Arc<dyn Fn(Moment, &'static str, u64) + Send + Sync>;
+
+/// Client timeouts short enough that a provider that hangs (an injected
+/// fault) costs a fraction of a second, not the default 5 s. The tools'
+/// `timeout` (600 ms) bounds how long a request can be in flight: it is also
+/// how long a recovery waits before asking `verify` whether a dead process's
+/// request landed.
+pub const CLIENT_CONFIG: ClientConfig = ClientConfig {
+    connect_timeout: Duration::from_millis(250),
+    request_timeout: Duration::from_millis(500),
+};
+
+/// The agent's tools, with the provider clients they use.
+pub struct Shop {
+    clients: Clients,
+    hook: Option<Hook>,
+}
+
+impl Shop {
+    /// Tools talking to the providers at `addrs`.
+    pub fn new(addrs: ProviderAddrs) -> Shop {
+        Shop {
+            clients: addrs.clients_with(CLIENT_CONFIG),
+            hook: None,
+        }
+    }
+
+    /// The same, calling `hook` around every provider request.
+    pub fn with_hook(addrs: ProviderAddrs, hook: Hook) -> Shop {
+        Shop {
+            hook: Some(hook),
+            ..Shop::new(addrs)
+        }
+    }
+
+    fn at(&self, moment: Moment, tool: &'static str, order_id: u64) {
+        if let Some(hook) = &self.hook {
+            hook(moment, tool, order_id);
+        }
+    }
+
+    /// Step 1, read-only: no key, no journal, retried freely.
+    #[tool(class = "read_only", retry(max_attempts = 3, initial = "10ms"))]
+    pub async fn lookup_order(&self, ctx: &Ctx, order_id: u64) -> Result<Order, ProviderError> {
+        Ok(order_book(order_id))
+    }
+
+    /// Step 2, provider class: the payments API deduplicates on the key we
+    /// send, so after an unknown outcome idem simply retries with the same
+    /// key and the provider replays its saved answer instead of charging
+    /// again. The key is the order: one charge per order, ever.
+    #[tool(
+        class = "provider",
+        key = "order.id",
+        retry(
+            max_attempts = 10,
+            initial = "10ms",
+            max_interval = "200ms",
+            max_elapsed = "1m"
+        ),
+        timeout = "600ms"
+    )]
+    pub async fn charge(&self, ctx: &Ctx, order: Order) -> Result<Charge, ProviderError> {
+        let request = ChargeRequest {
+            amount: order.amount_cents,
+            currency: order.currency.clone(),
+            order_id: order.id,
+            customer: order.customer.clone(),
+        };
+        self.at(Moment::Sending, "charge", order.id);
+        let key = ctx.idempotency_key().as_str();
+        let charge = self.clients.payments.charge(key, &request).await?;
+        if charge.replayed {
+            // Stripe said `Idempotent-Replayed: true`: on the audit record.
+            ctx.mark_provider_replay();
+        }
+        self.at(Moment::Landed, "charge", order.id);
+        Ok(charge)
+    }
+
+    /// Step 3, journal class: the email API sends every request it gets, so
+    /// idem journals the call and, when an outcome is unknown (a timeout, a
+    /// crash mid-call), asks [`Shop::email_landed`] before sending again.
+    /// The body is redacted: never written to the journal or the audit log.
+    #[tool(
+        class = "journal",
+        key = "to, template, order_id",
+        verify = email_landed,
+        redact = "body",
+        retry(max_attempts = 10, initial = "10ms", max_interval = "200ms"),
+        timeout = "600ms"
+    )]
+    pub async fn send_email(
+        &self,
+        ctx: &Ctx,
+        to: String,
+        template: String,
+        order_id: u64,
+        body: String,
+    ) -> Result<SentMessage, ProviderError> {
+        let message = EmailMessage {
+            to,
+            subject: format!("{template} for order {order_id}"),
+            body,
+        };
+        self.at(Moment::Sending, "send_email", order_id);
+        // The key travels in a header (X-Idem-Key) that the sent-mail
+        // search can filter on: that is what makes `verify` possible.
+        let key = ctx.idempotency_key().as_str();
+        let sent = self.clients.email.send(key, &message).await?;
+        self.at(Moment::Landed, "send_email", order_id);
+        Ok(sent)
+    }
+
+    /// Read-before-retry for `send_email`: search the sent mail for our key.
+    async fn email_landed(&self, ctx: &Ctx) -> Result<Verdict<SentMessage>, ProviderError> {
+        let key = ctx.idempotency_key().as_str();
+        let found = self.clients.email.find_by_key(key).await?;
+        Ok(match found.into_iter().next() {
+            Some(message) => Verdict::Landed(message),
+            None => Verdict::NotLanded,
+        })
+    }
+
+    /// Step 4, journal class: tickets are not deduplicated either, but can
+    /// be found by the external reference we give them (our key).
+    #[tool(
+        class = "journal",
+        key = "order_id, topic",
+        verify = ticket_landed,
+        retry(max_attempts = 10, initial = "10ms", max_interval = "200ms"),
+        timeout = "600ms"
+    )]
+    pub async fn open_ticket(
+        &self,
+        ctx: &Ctx,
+        order_id: u64,
+        topic: String,
+        body: String,
+    ) -> Result<Ticket, ProviderError> {
+        let ticket = NewTicket {
+            external_ref: ctx.idempotency_key().to_string(),
+            title: format!("{topic}, order {order_id}"),
+            body,
+        };
+        self.at(Moment::Sending, "open_ticket", order_id);
+        let created = self.clients.tickets.create(&ticket).await?;
+        self.at(Moment::Landed, "open_ticket", order_id);
+        Ok(created)
+    }
+
+    /// Read-before-retry for `open_ticket`: look the ticket up by reference.
+    async fn ticket_landed(&self, ctx: &Ctx) -> Result<Verdict<Ticket>, ProviderError> {
+        let found = self
+            .clients
+            .tickets
+            .find_by_ref(ctx.idempotency_key().as_str())
+            .await?;
+        Ok(match found.into_iter().next() {
+            Some(ticket) => Verdict::Landed(ticket),
+            None => Verdict::NotLanded,
+        })
+    }
+
+    /// Step 5, at-most-once: the bank neither deduplicates nor lets us look
+    /// a wire up. A request that may have reached it is never re-sent by
+    /// idem: it is escalated, and a human checks the bank statement and
+    /// answers with `Runtime::resolve`.
+    #[tool(class = "at_most_once", key = "order_id", timeout = "600ms")]
+    pub async fn refund_wire(
+        &self,
+        ctx: &Ctx,
+        order_id: u64,
+        iban: String,
+        amount_cents: u64,
+    ) -> Result<WireReceipt, ProviderError> {
+        let wire = WireRequest {
+            to_account: iban,
+            amount: amount_cents,
+            reference: wire_reference(order_id),
+        };
+        self.at(Moment::Sending, "refund_wire", order_id);
+        let receipt = self.clients.wire.send(&wire).await?;
+        self.at(Moment::Landed, "refund_wire", order_id);
+        Ok(receipt)
+    }
+
+    /// The whole workflow for one order, as a scripted agent would run it.
+    /// `on_step` hears of each completed step (the demo prints them).
+    ///
+    /// Safe to run again from the top after a crash, under the same run
+    /// (`ctx`): finished steps are replayed from the journal, unfinished
+    /// ones recovered by their class's rules.
+    pub async fn process_order(
+        &self,
+        ctx: &Ctx,
+        order_id: u64,
+        on_step: &mut (dyn FnMut(Step<'_>) + Send),
+    ) -> Result<Processed, Stopped> {
+        let order = self
+            .lookup_order(ctx, order_id)
+            .await
+            .map_err(|e| Stopped::at("lookup_order", e))?;
+        on_step(Step::Order(&order));
+
+        let charge = self
+            .charge(ctx, order.clone())
+            .await
+            .map_err(|e| Stopped::at("charge", e))?;
+        on_step(Step::Charge(&charge));
+
+        let email = self
+            .send_email(
+                ctx,
+                order.email.clone(),
+                "receipt".into(),
+                order.id,
+                receipt_body(&order),
+            )
+            .await
+            .map_err(|e| Stopped::at("send_email", e))?;
+        on_step(Step::Email(&email));
+
+        let ticket = self
+            .open_ticket(ctx, order.id, TICKET_TOPIC.into(), TICKET_BODY.into())
+            .await
+            .map_err(|e| Stopped::at("open_ticket", e))?;
+        on_step(Step::Ticket(&ticket));
+
+        let wire = self
+            .refund_wire(ctx, order.id, order.iban.clone(), order.refund_cents)
+            .await
+            .map_err(|e| Stopped::at("refund_wire", e))?;
+        on_step(Step::Wire(&wire));
+
+        Ok(Processed {
+            order,
+            charge,
+            email,
+            ticket,
+            wire,
+        })
+    }
+}
+
+impl Shop {
+    /// One side-effecting step of the workflow on its own, with the
+    /// workflow's arguments for `order_id`; its result as JSON.
+    pub async fn run_step(
+        &self,
+        ctx: &Ctx,
+        tool: &str,
+        order_id: u64,
+    ) -> Result<serde_json::Value, ToolError<ProviderError>> {
+        let order = order_book(order_id);
+        let json = |v: Result<serde_json::Value, serde_json::Error>| {
+            v.unwrap_or_else(|e| serde_json::Value::String(e.to_string()))
+        };
+        Ok(match tool {
+            "charge" => json(serde_json::to_value(self.charge(ctx, order).await?)),
+            "send_email" => {
+                let body = receipt_body(&order);
+                let sent = self
+                    .send_email(ctx, order.email, "receipt".into(), order.id, body)
+                    .await?;
+                json(serde_json::to_value(sent))
+            }
+            "open_ticket" => {
+                let ticket = self
+                    .open_ticket(ctx, order.id, TICKET_TOPIC.into(), TICKET_BODY.into())
+                    .await?;
+                json(serde_json::to_value(ticket))
+            }
+            "refund_wire" => {
+                let wire = self
+                    .refund_wire(ctx, order.id, order.iban, order.refund_cents)
+                    .await?;
+                json(serde_json::to_value(wire))
+            }
+            other => panic!("not an effect tool: {other}"),
+        })
+    }
+}
+
+/// A completed step of [`Shop::process_order`].
+#[derive(Debug)]
+pub enum Step<'a> {
+    Order(&'a Order),
+    Charge(&'a Charge),
+    Email(&'a SentMessage),
+    Ticket(&'a Ticket),
+    Wire(&'a WireReceipt),
+}
+
+/// Everything a processed order produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Processed {
+    pub order: Order,
+    pub charge: Charge,
+    pub email: SentMessage,
+    pub ticket: Ticket,
+    pub wire: WireReceipt,
+}
+
+/// Why [`Shop::process_order`] stopped: which step, and what idem said.
+#[derive(Debug)]
+pub struct Stopped {
+    pub tool: &'static str,
+    pub error: ToolError<ProviderError>,
+}
+
+impl Stopped {
+    fn at(tool: &'static str, error: ToolError<ProviderError>) -> Stopped {
+        Stopped { tool, error }
+    }
+}
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.tool, self.error)
+    }
+}
+
+/// Names of the four side-effecting tools, in workflow order.
+pub const EFFECT_TOOLS: [&str; 4] = ["charge", "send_email", "open_ticket", "refund_wire"];
+
+/// Dies the way a power cut or the OOM killer kills: SIGKILL, no destructor,
+/// no flush, nothing written after this point.
+pub fn sigkill_self() -> ! {
+    let pid = std::process::id().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status();
+    // `kill` missing, or the signal not delivered yet: abort is as abrupt.
+    std::process::abort()
+}

@@ -1,0 +1,125 @@
+//! The long torture run:
+//!
+//! ```text
+//! cargo run --release --example torture -- --kills 2000
+//! ```
+//!
+//! Worker processes (this binary, re-executed) run the order workflow of
+//! `agent/shop.rs` against the testkit providers and are SIGKILLed at
+//! random instants and at the worst instrumented moments, with and without
+//! provider faults, until the requested number of kills is reached. After
+//! every round the providers' own ledgers must show every operation applied
+//! exactly once; see `torture/harness.rs` for everything that is checked.
+//!
+//! Options: `--kills N` (default 1000), `--seed S` (decimal or 0x-hex;
+//! default `IDEM_TORTURE_SEED` or the clock), `--workflows N` orders per
+//! round (default 6), `--concurrency N` orders at once per worker
+//! (default 3), `--chaos never|alternate|always` (default alternate),
+//! `--keep-going` to count violations and go on instead of stopping at the
+//! first one.
+//! Exits 1 if anything was duplicated, lost or otherwise wrong.
+//!
+//! `--dump DIR` prints the audit stream and open escalations of a journal a
+//! failed round left behind (its path is in the violation message).
+
+#[path = "torture/harness.rs"]
+mod harness;
+#[path = "agent/shop.rs"]
+mod shop;
+
+use harness::{ChaosMode, Config};
+
+fn main() {
+    if harness::is_worker() {
+        std::process::exit(harness::worker_main());
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, dir] = args.as_slice() {
+        if flag == "--dump" {
+            std::process::exit(dump(std::path::Path::new(dir)));
+        }
+    }
+    let config = match parse(args.into_iter()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}\nusage: torture [--kills N] [--seed S] [--workflows N] [--concurrency N] [--chaos never|alternate|always] [--keep-going]");
+            std::process::exit(2);
+        }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("cannot find this program to start workers: {e}");
+            std::process::exit(2);
+        }
+    };
+    let worker = move || std::process::Command::new(&exe);
+    let summary = harness::run(&config, &worker, &mut |line| println!("{line}"));
+    for v in &summary.violations {
+        println!("VIOLATION: {v}");
+    }
+    println!("{summary}");
+    std::process::exit(if summary.ok() { 0 } else { 1 });
+}
+
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
+    let mut config = Config::new(1000);
+    config.progress_every = 25;
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+        let number =
+            |name: &str, v: String| v.parse::<u64>().map_err(|e| format!("{name} {v}: {e}"));
+        match arg.as_str() {
+            "--kills" => config.kills = number("--kills", value("--kills")?)?,
+            "--seed" => {
+                let v = value("--seed")?;
+                config.seed = harness::parse_seed(&v).ok_or(format!("--seed {v}: not a number"))?;
+            }
+            "--workflows" => {
+                config.workflows = number("--workflows", value("--workflows")?)?.max(1)
+            }
+            "--concurrency" => {
+                config.concurrency =
+                    number("--concurrency", value("--concurrency")?)?.max(1) as usize
+            }
+            "--chaos" => {
+                config.chaos = match value("--chaos")?.as_str() {
+                    "never" => ChaosMode::Never,
+                    "alternate" => ChaosMode::Alternate,
+                    "always" => ChaosMode::Always,
+                    other => return Err(format!("--chaos {other}: never, alternate or always")),
+                }
+            }
+            "--keep-going" => config.stop_on_violation = false,
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(config)
+}
+
+/// Prints a journal's audit stream (JSON lines) and open escalations.
+fn dump(dir: &std::path::Path) -> i32 {
+    let rt = match idem::Runtime::open(dir) {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    if let Err(e) = rt.export_audit(0, &mut std::io::stdout()) {
+        eprintln!("{e}");
+        return 1;
+    }
+    match rt.escalations() {
+        Ok(open) => {
+            for e in open {
+                println!("open escalation: {e:?}");
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            1
+        }
+    }
+}

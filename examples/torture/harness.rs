@@ -1,0 +1,1221 @@
+//! The torture harness: worker processes run the order workflow of
+//! `agent/shop.rs` against the testkit providers and are SIGKILLed at random
+//! instants and at the worst instrumented moments, over and over, with and
+//! without provider faults; after every round the providers' own ledgers,
+//! the journal's escalations and its audit stream must agree that every
+//! effect happened exactly once.
+//!
+//! Shared by `cargo run --release --example torture` and tests/torture.rs.
+//! The caller supplies the command that starts a worker (its own binary,
+//! re-executed); the worker side is [`worker_main`].
+//!
+//! One *round* = fresh providers, a fresh journal, `workflows` orders each
+//! with its own root run id. Worker incarnations run all unfinished orders
+//! (finished steps replay from the journal) until one finishes them all.
+//! Each incarnation gets a plan, drawn from the seeded generator:
+//! - killed by the parent (SIGKILL) after a uniform random delay in
+//!   `[0, span]`, `span` being how long a clean first incarnation took, so
+//!   kills fall anywhere, including before the journal is open;
+//! - killed by itself at an instrumented point: right after the n-th effect
+//!   of a tool landed (COMMIT not written: the worst moment), or right before
+//!   the n-th request went out (INTENT durable, nothing sent);
+//! - left alone, so rounds end.
+//!
+//! Between incarnations the harness plays the operator: it opens the
+//! journal, reads `escalations()`, checks the provider's ledger for each
+//! one and answers `resolve(key, Landed(result) | Reissue, note)`.
+//!
+//! After a round: per order and tool, the provider ledger must hold exactly
+//! one effect (more is a duplicate, none is lost), found by business
+//! identity (order, recipient, reference), not by idempotency key, so that
+//! a key that changed across restarts would show up as a duplicate; the
+//! journal must reopen, hold no open escalation, and its audit stream must
+//! show exactly one commit (or operator `landed`) per operation and one
+//! resolution per escalation; and running every workflow once more must
+//! replay everything without a single provider request.
+//!
+//! Seeds make the plans reproducible; process timing is not, so a failing
+//! seed narrows a search rather than replays it exactly.
+
+// Shared by the torture example and tests/torture.rs.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idem::{Error, Escalation, EventKind, Resolution, Runtime, ToolError};
+use idem_testkit::{Chaos, Charge, ChargeOutcome, ProviderAddrs, Providers, SplitMix64};
+
+use crate::shop::{self, Moment, Shop, EFFECT_TOOLS};
+
+/// Set in a worker's environment (to anything).
+pub const WORKER_ENV: &str = "IDEM_TORTURE_WORKER";
+const JOURNAL_ENV: &str = "IDEM_TORTURE_JOURNAL";
+const STATUS_ENV: &str = "IDEM_TORTURE_STATUS";
+const ORDERS_ENV: &str = "IDEM_TORTURE_ORDERS";
+const PREFIX_ENV: &str = "IDEM_TORTURE_PREFIX";
+const CONCURRENCY_ENV: &str = "IDEM_TORTURE_CONCURRENCY";
+const CRASH_ENV: &str = "IDEM_TORTURE_CRASH";
+
+/// Worker exit codes.
+const EXIT_DONE: i32 = 0;
+const EXIT_FATAL: i32 = 2;
+const EXIT_OPEN_FAILED: i32 = 3;
+
+/// Longest a worker may live. A healthy one needs well under a second per
+/// order even with faults; this only turns a hang into a reported failure.
+const WORKER_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long the operator waits after a worker died before reading provider
+/// ledgers: a request the dead worker had sent may still be in a provider's
+/// processing delay (chaos delays are at most [`CHAOS_MAX_DELAY`]). A human
+/// operator would wait for the bank's statement to settle the same way.
+const SETTLE: Duration = Duration::from_millis(150);
+const CHAOS_MAX_DELAY: Duration = Duration::from_millis(30);
+
+/// Failing rounds whose directory is kept for a post-mortem.
+const KEEP_AT_MOST: usize = 3;
+
+/// Whether this process was started as a torture worker.
+pub fn is_worker() -> bool {
+    std::env::var_os(WORKER_ENV).is_some()
+}
+
+// ===========================================================================
+// Configuration and results
+
+/// When providers inject random faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChaosMode {
+    Never,
+    /// Every other round (odd rounds), half of those with faults on
+    /// look-ups (verify) too.
+    Alternate,
+    Always,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Seed of every random choice (kill instants, crash points, faults).
+    pub seed: u64,
+    /// Rounds continue until at least this many workers were killed.
+    pub kills: u64,
+    /// Orders (workflow runs) per round.
+    pub workflows: u64,
+    /// Orders a worker processes at once.
+    pub concurrency: usize,
+    /// Hard bound on rounds, whatever the kill count.
+    pub max_rounds: u64,
+    /// Hard bound on worker incarnations per round.
+    pub max_incarnations: u32,
+    /// Hard bound on the whole run: reaching it before the kill target is
+    /// a violation (something made progress too slow to trust).
+    pub max_elapsed: Duration,
+    pub chaos: ChaosMode,
+    /// Print a progress line every this many rounds (0: never).
+    pub progress_every: u64,
+    /// Stop at the first round with a violation (its journal is kept for
+    /// inspection); otherwise count and go on.
+    pub stop_on_violation: bool,
+}
+
+impl Config {
+    /// Settings for `kills` kills; the seed from `IDEM_TORTURE_SEED` if set
+    /// (decimal or 0x-hex), else from the clock.
+    pub fn new(kills: u64) -> Config {
+        Config {
+            seed: seed_from_env().unwrap_or_else(clock_seed),
+            kills,
+            workflows: 6,
+            concurrency: 3,
+            max_rounds: 10_000,
+            max_incarnations: 200,
+            max_elapsed: Duration::from_secs(3600),
+            chaos: ChaosMode::Alternate,
+            progress_every: 0,
+            stop_on_violation: true,
+        }
+    }
+}
+
+/// Parses a seed written in decimal or as `0x…` hex.
+pub fn parse_seed(text: &str) -> Option<u64> {
+    let t = text.trim();
+    match t.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => t.parse().ok(),
+    }
+}
+
+fn seed_from_env() -> Option<u64> {
+    std::env::var("IDEM_TORTURE_SEED")
+        .ok()
+        .and_then(|s| parse_seed(&s))
+}
+
+fn clock_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    SplitMix64::new(nanos ^ u64::from(std::process::id())).next_u64()
+}
+
+/// What a harness run did and found.
+#[derive(Debug, Default, Clone)]
+pub struct Summary {
+    pub seed: u64,
+    pub rounds: u64,
+    pub chaos_rounds: u64,
+    pub workflows: u64,
+    /// Side-effecting operations (four per workflow).
+    pub operations: u64,
+    pub incarnations: u64,
+    /// Workers that died by SIGKILL: `random_kills + crashpoint_kills`.
+    pub kills: u64,
+    pub random_kills: u64,
+    pub crashpoint_kills: u64,
+    /// Workers that opened the journal (all of them after the first of a
+    /// round opened it after a kill or an exit).
+    pub journal_opens: u64,
+    /// Logical operations applied more than once (extra applications).
+    pub duplicates: u64,
+    /// Logical operations applied zero times although their workflow
+    /// completed, or that the journal did not know as committed.
+    pub lost: u64,
+    /// Committed operations whose commit (a `Committed` event or an
+    /// operator's `landed`) is missing from the durable audit stream.
+    pub audit_gaps: u64,
+    /// Escalations raised, per tool, and how the operator answered.
+    pub escalations: BTreeMap<String, u64>,
+    pub resolved_landed: u64,
+    pub resolved_reissue: u64,
+    /// Faults the providers injected.
+    pub faults: u64,
+    /// From the audit streams.
+    pub recoveries: u64,
+    pub verifications: u64,
+    pub provider_replays: u64,
+    pub dedupe_hits: u64,
+    pub retries: u64,
+    pub elapsed: Duration,
+    /// Everything that went wrong, with the evidence.
+    pub violations: Vec<String>,
+}
+
+impl Summary {
+    pub fn escalation_total(&self) -> u64 {
+        self.escalations.values().sum()
+    }
+
+    /// True when every check held.
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty() && self.duplicates == 0 && self.lost == 0 && self.audit_gaps == 0
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let per_tool: Vec<String> = self
+            .escalations
+            .iter()
+            .map(|(t, n)| format!("{t}={n}"))
+            .collect();
+        write!(
+            f,
+            "torture summary: seed={:#x} kills={} (random={} crashpoint={}) operations={} \
+             duplicates={} lost={} escalations={} ({}; landed={} reissued={}) \
+             audit_gaps={} violations={} workflows={} rounds={} (chaos={}) incarnations={} \
+             journal_reopens={} faults={} recoveries={} verifications={} provider_replays={} \
+             elapsed={:.1}s",
+            self.seed,
+            self.kills,
+            self.random_kills,
+            self.crashpoint_kills,
+            self.operations,
+            self.duplicates,
+            self.lost,
+            self.escalation_total(),
+            if per_tool.is_empty() {
+                "none".to_string()
+            } else {
+                per_tool.join(" ")
+            },
+            self.resolved_landed,
+            self.resolved_reissue,
+            self.audit_gaps,
+            self.violations.len(),
+            self.workflows,
+            self.rounds,
+            self.chaos_rounds,
+            self.incarnations,
+            self.journal_opens,
+            self.faults,
+            self.recoveries,
+            self.verifications,
+            self.provider_replays,
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+// ===========================================================================
+// The worker
+
+/// Which instrumented point a worker dies at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CrashPoint {
+    tool: String,
+    moment: Moment,
+    /// Die at the n-th time this process reaches the point (1-based).
+    nth: u64,
+}
+
+impl CrashPoint {
+    fn to_env(&self) -> String {
+        let moment = match self.moment {
+            Moment::Sending => "sending",
+            Moment::Landed => "landed",
+        };
+        format!("{}:{moment}:{}", self.tool, self.nth)
+    }
+
+    fn from_env(text: &str) -> Option<CrashPoint> {
+        let mut parts = text.split(':');
+        let tool = parts.next()?.to_string();
+        let moment = match parts.next()? {
+            "sending" => Moment::Sending,
+            "landed" => Moment::Landed,
+            _ => return None,
+        };
+        let nth = parts.next()?.parse().ok()?;
+        Some(CrashPoint { tool, moment, nth })
+    }
+}
+
+/// A worker process: runs every order of its range to completion or to an
+/// escalation, writes its status file, exits 0. Exits 2 on anything the
+/// harness must treat as a failure (a journal error, an impossible answer),
+/// 3 if the journal does not open.
+pub fn worker_main() -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tokio: {e}");
+            return EXIT_FATAL;
+        }
+    };
+    runtime.block_on(async {
+        match tokio::time::timeout(WORKER_DEADLINE, worker()).await {
+            Ok(code) => code,
+            Err(_) => {
+                eprintln!("worker stuck for {WORKER_DEADLINE:?}");
+                EXIT_FATAL
+            }
+        }
+    })
+}
+
+fn env(name: &str) -> Result<String, String> {
+    std::env::var(name).map_err(|_| format!("{name} is not set"))
+}
+
+/// Appends one line to the status file, unbuffered: what was written before
+/// a SIGKILL is there.
+fn status_line(path: &Path, line: &str) {
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+enum OrderEnd {
+    Done,
+    Parked(&'static str),
+    Failed(String),
+    Fatal(String),
+}
+
+/// What a worker is told through its environment.
+struct WorkerEnv {
+    journal: PathBuf,
+    status: PathBuf,
+    /// The orders `first..first + count`.
+    first: u64,
+    count: u64,
+    /// Root run ids are `{prefix}-order-{id}`.
+    prefix: String,
+    concurrency: usize,
+    crash: Option<CrashPoint>,
+    addrs: ProviderAddrs,
+}
+
+impl WorkerEnv {
+    fn read() -> Result<WorkerEnv, String> {
+        let orders = env(ORDERS_ENV)?;
+        let (first, count) = orders
+            .split_once(',')
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+            .ok_or_else(|| format!("bad {ORDERS_ENV}: {orders}"))?;
+        let concurrency: usize = env(CONCURRENCY_ENV)?
+            .parse()
+            .map_err(|e| format!("{CONCURRENCY_ENV}: {e}"))?;
+        let crash = match std::env::var(CRASH_ENV) {
+            Ok(text) => Some(CrashPoint::from_env(&text).ok_or(format!("bad crash point {text}"))?),
+            Err(_) => None,
+        };
+        Ok(WorkerEnv {
+            journal: PathBuf::from(env(JOURNAL_ENV)?),
+            status: PathBuf::from(env(STATUS_ENV)?),
+            first,
+            count,
+            prefix: env(PREFIX_ENV)?,
+            concurrency: concurrency.max(1),
+            crash,
+            addrs: ProviderAddrs::from_env().map_err(|e| e.to_string())?,
+        })
+    }
+}
+
+async fn worker() -> i32 {
+    let WorkerEnv {
+        journal,
+        status,
+        first,
+        count,
+        prefix,
+        concurrency,
+        crash,
+        addrs,
+    } = match WorkerEnv::read() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("bad worker environment: {e}");
+            return EXIT_FATAL;
+        }
+    };
+
+    let rt = match Runtime::open(&journal) {
+        Ok(rt) => rt,
+        Err(e) => {
+            status_line(&status, &format!("OPEN-FAILED {e}"));
+            return EXIT_OPEN_FAILED;
+        }
+    };
+    // What the durable audit stream holds at this point, for post-mortems.
+    let seqs: Vec<u64> = rt.audit(0).filter_map(|e| e.ok().map(|e| e.seq)).collect();
+    status_line(
+        &status,
+        &format!(
+            "OPENED audit events={} first={:?} last={:?}",
+            seqs.len(),
+            seqs.first(),
+            seqs.last()
+        ),
+    );
+
+    let hook: shop::Hook = {
+        let seen = Arc::new(AtomicU64::new(0));
+        Arc::new(move |moment, tool, _order| {
+            if let Some(point) = &crash {
+                if point.moment == moment
+                    && point.tool == tool
+                    && seen.fetch_add(1, Ordering::SeqCst) + 1 == point.nth
+                {
+                    shop::sigkill_self();
+                }
+            }
+        })
+    };
+    let shop = Arc::new(Shop::with_hook(addrs, hook));
+
+    // `concurrency` tasks, each taking every `concurrency`-th order.
+    let mut tasks = tokio::task::JoinSet::new();
+    for lane in 0..concurrency as u64 {
+        let shop = shop.clone();
+        let rt = rt.clone();
+        let prefix = prefix.clone();
+        tasks.spawn(async move {
+            let mut ends = Vec::new();
+            let mut order = first + lane;
+            while order < first + count {
+                let ctx = rt.run(&root_run(&prefix, order));
+                let end = process(&shop, &ctx, order).await;
+                let fatal = matches!(end, OrderEnd::Fatal(_));
+                ends.push((order, end));
+                if fatal {
+                    break;
+                }
+                order += concurrency as u64;
+            }
+            ends
+        });
+    }
+    let mut ends = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(lane) => ends.extend(lane),
+            Err(e) => ends.push((0, OrderEnd::Fatal(format!("task panicked: {e}")))),
+        }
+    }
+    let (mut done, mut parked, mut failed, mut fatal) = (0, 0, 0, 0);
+    for (order, end) in &ends {
+        match end {
+            OrderEnd::Done => done += 1,
+            OrderEnd::Parked(tool) => {
+                parked += 1;
+                status_line(&status, &format!("PARKED {order} {tool}"));
+            }
+            OrderEnd::Failed(why) => {
+                failed += 1;
+                status_line(&status, &format!("FAILED {order} {why}"));
+            }
+            OrderEnd::Fatal(why) => {
+                fatal += 1;
+                status_line(&status, &format!("FATAL {order} {why}"));
+            }
+        }
+    }
+    status_line(&status, &format!("DONE {done} {parked} {failed}"));
+    if fatal > 0 {
+        EXIT_FATAL
+    } else {
+        EXIT_DONE
+    }
+}
+
+/// One order: the workflow from the top, a few times if a step ran out of
+/// retry budget on failures that provably did not land (each new call
+/// starts a fresh budget).
+async fn process(shop: &Shop, ctx: &idem::Ctx, order: u64) -> OrderEnd {
+    let mut last = String::new();
+    for _ in 0..5 {
+        match shop.process_order(ctx, order, &mut |_| {}).await {
+            Ok(_) => return OrderEnd::Done,
+            Err(stopped) => match stopped.error {
+                ToolError::Escalated { .. } => return OrderEnd::Parked(stopped.tool),
+                ToolError::Tool(e) => last = format!("{}: {e}", stopped.tool),
+                ToolError::Journal(Error::TimedOut { .. }) => {
+                    last = format!("{}: timed out", stopped.tool);
+                }
+                other => return OrderEnd::Fatal(format!("{}: {other}", stopped.tool)),
+            },
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    OrderEnd::Failed(last)
+}
+
+/// The root run id of an order in a round: the workflow's durable identity.
+fn root_run(prefix: &str, order: u64) -> String {
+    format!("{prefix}-order-{order}")
+}
+
+// ===========================================================================
+// The parent
+
+/// What one incarnation is told to do.
+#[derive(Debug, Clone)]
+enum Plan {
+    Alone,
+    KillAfter(Duration),
+    Crash(CrashPoint),
+}
+
+/// How an incarnation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Exited(i32),
+    Signal(i32),
+    Watchdog,
+}
+
+/// Runs the harness; `worker` makes the command that starts a worker
+/// process; `log` receives progress lines.
+pub fn run(
+    config: &Config,
+    worker: &dyn Fn() -> std::process::Command,
+    log: &mut dyn FnMut(&str),
+) -> Summary {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            return Summary {
+                violations: vec![format!("cannot start tokio: {e}")],
+                ..Summary::default()
+            }
+        }
+    };
+    runtime.block_on(run_rounds(config, worker, log))
+}
+
+async fn run_rounds(
+    config: &Config,
+    worker: &dyn Fn() -> std::process::Command,
+    log: &mut dyn FnMut(&str),
+) -> Summary {
+    let started = Instant::now();
+    let mut rng = SplitMix64::new(config.seed);
+    let mut summary = Summary {
+        seed: config.seed,
+        ..Summary::default()
+    };
+    let mut span: Option<Duration> = None;
+    log(&format!(
+        "torture: seed={:#x} (IDEM_TORTURE_SEED={:#x} to rerun the same plan), target {} kills, \
+         {} orders per round, {} at once",
+        config.seed, config.seed, config.kills, config.workflows, config.concurrency
+    ));
+    while summary.kills < config.kills && summary.rounds < config.max_rounds {
+        if started.elapsed() > config.max_elapsed {
+            summary.violations.push(format!(
+                "only {} of {} kills after {:?} (max_elapsed)",
+                summary.kills, config.kills, config.max_elapsed
+            ));
+            break;
+        }
+        let r = summary.rounds;
+        let outcome = Round::new(config, r, &mut rng)
+            .run(worker, &mut span, &mut summary)
+            .await;
+        summary.rounds += 1;
+        if let Err(violation) = outcome {
+            summary
+                .violations
+                .push(format!("round {r} (seed {:#x}): {violation}", config.seed));
+            log(&format!("round {r}: VIOLATION: {violation}"));
+            if config.stop_on_violation {
+                // Evidence first: stop rather than bury it under more rounds.
+                break;
+            }
+        }
+        if config.progress_every > 0 && summary.rounds.is_multiple_of(config.progress_every) {
+            log(&format!(
+                "  after {} rounds: {} kills, {} operations, {} duplicates, {} lost, {} escalations, \
+                 {} audit gaps, {} violations, {:.0}s",
+                summary.rounds,
+                summary.kills,
+                summary.operations,
+                summary.duplicates,
+                summary.lost,
+                summary.escalation_total(),
+                summary.audit_gaps,
+                summary.violations.len(),
+                started.elapsed().as_secs_f64()
+            ));
+        }
+    }
+    summary.elapsed = started.elapsed();
+    summary
+}
+
+struct Round<'c> {
+    config: &'c Config,
+    index: u64,
+    orders: Vec<u64>,
+    prefix: String,
+    chaos: Option<(u64, bool)>,
+    /// This round's own generator, split off the harness's.
+    rng: SplitMix64,
+}
+
+impl<'c> Round<'c> {
+    fn new(config: &'c Config, index: u64, rng: &mut SplitMix64) -> Round<'c> {
+        let first = (index + 1) * 100_000;
+        let orders = (first..first + config.workflows).collect();
+        let mut rng = SplitMix64::new(rng.next_u64());
+        let chaos_on = match config.chaos {
+            ChaosMode::Never => false,
+            ChaosMode::Always => true,
+            ChaosMode::Alternate => index % 2 == 1,
+        };
+        let chaos = chaos_on.then(|| {
+            let reads = config.chaos == ChaosMode::Always || index % 4 == 3;
+            (rng.next_u64(), reads)
+        });
+        Round {
+            config,
+            index,
+            orders,
+            prefix: format!("t{:x}-r{index}", config.seed),
+            chaos,
+            rng,
+        }
+    }
+
+    fn plan(&mut self, span: Option<Duration>) -> Plan {
+        let Some(span) = span else {
+            // The very first incarnation measures how long a clean run takes.
+            return Plan::Alone;
+        };
+        let u = self.rng.next_f64();
+        if u < 0.12 {
+            Plan::Alone
+        } else if u < 0.42 {
+            let tool = EFFECT_TOOLS[self.rng.below(EFFECT_TOOLS.len() as u64) as usize];
+            let moment = if self.rng.below(4) == 0 {
+                Moment::Sending
+            } else {
+                Moment::Landed
+            };
+            let most = (self.config.workflows / 2).max(1);
+            Plan::Crash(CrashPoint {
+                tool: tool.to_string(),
+                moment,
+                nth: 1 + self.rng.below(most),
+            })
+        } else {
+            let micros = span.as_micros() as u64;
+            Plan::KillAfter(Duration::from_micros(self.rng.below(micros + 1)))
+        }
+    }
+
+    async fn run(
+        mut self,
+        worker: &dyn Fn() -> std::process::Command,
+        span: &mut Option<Duration>,
+        summary: &mut Summary,
+    ) -> Result<(), String> {
+        let dir = tempfile::Builder::new()
+            .prefix("idem-torture-")
+            .tempdir()
+            .map_err(|e| format!("tempdir: {e}"))?;
+        let journal = dir.path().join("journal");
+        let providers = Providers::start()
+            .await
+            .map_err(|e| format!("providers: {e}"))?;
+        if let Some((seed, reads)) = self.chaos {
+            summary.chaos_rounds += 1;
+            let mut s = SplitMix64::new(seed);
+            providers
+                .payments()
+                .faults()
+                .set_chaos(Some(chaos(s.next_u64(), reads, false)));
+            providers
+                .email()
+                .faults()
+                .set_chaos(Some(chaos(s.next_u64(), reads, false)));
+            providers
+                .tickets()
+                .faults()
+                .set_chaos(Some(chaos(s.next_u64(), reads, false)));
+            providers
+                .wire()
+                .faults()
+                .set_chaos(Some(chaos(s.next_u64(), reads, true)));
+        }
+
+        let mut last_death: Option<Instant> = None;
+        let mut finished = false;
+        let mut last_stderr = String::new();
+        let mut history = Vec::new();
+        for incarnation in 0..self.config.max_incarnations {
+            let plan = self.plan(*span);
+            let status = dir.path().join(format!("status-{incarnation}"));
+            let stderr = dir.path().join(format!("stderr-{incarnation}"));
+            let began = Instant::now();
+            let end = self
+                .incarnation(worker, &plan, &journal, &status, &stderr, &providers)
+                .await?;
+            summary.incarnations += 1;
+            history.push(format!("#{incarnation} {plan:?} -> {end:?}"));
+            let text = std::fs::read_to_string(&status).unwrap_or_default();
+            last_stderr = std::fs::read_to_string(&stderr).unwrap_or_default();
+            if text.lines().any(|l| l.starts_with("OPENED")) {
+                summary.journal_opens += 1;
+            }
+            if let Some(l) = text.lines().find(|l| l.starts_with("OPEN-FAILED")) {
+                return Err(format!(
+                    "the journal did not reopen (incarnation {incarnation}, plan {plan:?}): {l}"
+                ));
+            }
+            match end {
+                End::Signal(9) => {
+                    summary.kills += 1;
+                    match plan {
+                        Plan::Crash(_) => summary.crashpoint_kills += 1,
+                        _ => summary.random_kills += 1,
+                    }
+                    last_death = Some(Instant::now());
+                }
+                End::Exited(EXIT_DONE) => {
+                    if span.is_none() {
+                        *span = Some(began.elapsed());
+                    }
+                    let (done, parked) = parse_done(&text).ok_or_else(|| {
+                        format!("worker exited 0 without a DONE line: {text}\n{last_stderr}")
+                    })?;
+                    if parked > 0 {
+                        self.operate(&journal, &providers, last_death, summary)
+                            .await?;
+                    }
+                    if done == self.config.workflows {
+                        finished = true;
+                        break;
+                    }
+                }
+                End::Exited(code) => {
+                    return Err(format!(
+                        "worker exited with {code} (plan {plan:?}):\n{text}\n{last_stderr}"
+                    ))
+                }
+                End::Signal(s) => {
+                    return Err(format!(
+                        "worker died of signal {s} (plan {plan:?}):\n{text}\n{last_stderr}"
+                    ))
+                }
+                End::Watchdog => {
+                    return Err(format!(
+                    "worker stuck past {WORKER_DEADLINE:?} (plan {plan:?}):\n{text}\n{last_stderr}"
+                ))
+                }
+            }
+        }
+        if !finished {
+            return Err(format!(
+                "orders still unfinished after {} incarnations; last stderr:\n{last_stderr}",
+                self.config.max_incarnations
+            ));
+        }
+        summary.workflows += self.config.workflows;
+        summary.operations += self.config.workflows * EFFECT_TOOLS.len() as u64;
+        let checked = self.check(&journal, &providers, summary).await;
+        for p in [
+            providers.payments().faults().stats(),
+            providers.email().faults().stats(),
+            providers.tickets().faults().stats(),
+            providers.wire().faults().stats(),
+        ] {
+            summary.faults += p.values().sum::<u64>();
+        }
+        providers.shutdown().await;
+        if let Err(problems) = checked {
+            let history = history.join("; ");
+            // Keep the evidence on disk, for the first few failing rounds.
+            if summary.violations.len() < KEEP_AT_MOST {
+                let kept = dir.keep();
+                return Err(format!(
+                    "{problems}\nincarnations: {history}\n(journal and worker status files kept in {})",
+                    kept.display()
+                ));
+            }
+            return Err(format!("{problems}\nincarnations: {history}"));
+        }
+        Ok(())
+    }
+
+    /// Starts one worker and sees it end: by itself, by our SIGKILL, or by
+    /// the watchdog.
+    async fn incarnation(
+        &self,
+        worker: &dyn Fn() -> std::process::Command,
+        plan: &Plan,
+        journal: &Path,
+        status: &Path,
+        stderr: &Path,
+        providers: &Providers,
+    ) -> Result<End, String> {
+        let mut command = tokio::process::Command::from(worker());
+        command
+            .env(WORKER_ENV, "1")
+            .env(JOURNAL_ENV, journal)
+            .env(STATUS_ENV, status)
+            .env(
+                ORDERS_ENV,
+                format!("{},{}", self.orders[0], self.orders.len()),
+            )
+            .env(PREFIX_ENV, &self.prefix)
+            .env(CONCURRENCY_ENV, self.config.concurrency.to_string())
+            .envs(providers.addrs().to_env())
+            .env_remove(CRASH_ENV)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(stderr).map_err(|e| format!("stderr file: {e}"))?)
+            .kill_on_drop(true);
+        if let Plan::Crash(point) = plan {
+            command.env(CRASH_ENV, point.to_env());
+        }
+        // The plan heads the status file, for post-mortems.
+        status_line(status, &format!("PLAN {plan:?}"));
+        let mut child = command.spawn().map_err(|e| format!("spawn worker: {e}"))?;
+        let deadline = WORKER_DEADLINE + Duration::from_secs(5);
+        let status = match plan {
+            Plan::KillAfter(delay) => {
+                tokio::select! {
+                    status = child.wait() => Some(status),
+                    () = tokio::time::sleep(*delay) => {
+                        // SIGKILL. If it exited meanwhile, its status says so.
+                        let _ = child.start_kill();
+                        Some(child.wait().await)
+                    }
+                }
+            }
+            _ => tokio::time::timeout(deadline, child.wait()).await.ok(),
+        };
+        let Some(status) = status else {
+            let _ = child.kill().await;
+            return Ok(End::Watchdog);
+        };
+        let status = status.map_err(|e| format!("wait for worker: {e}"))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::process::ExitStatusExt;
+            if let Some(signal) = status.signal() {
+                return Ok(End::Signal(signal));
+            }
+        }
+        Ok(End::Exited(status.code().unwrap_or(-1)))
+    }
+
+    /// The operator: settles every open escalation from the provider's
+    /// ledger, as a human with the provider's dashboard would.
+    async fn operate(
+        &self,
+        journal: &Path,
+        providers: &Providers,
+        last_death: Option<Instant>,
+        summary: &mut Summary,
+    ) -> Result<(), String> {
+        if let Some(died) = last_death {
+            let settled = died + SETTLE;
+            tokio::time::sleep_until(settled.into()).await;
+        }
+        let rt =
+            Runtime::open(journal).map_err(|e| format!("operator cannot open the journal: {e}"))?;
+        let open = rt
+            .escalations()
+            .map_err(|e| format!("escalations(): {e}"))?;
+        if open.is_empty() {
+            return Err("a worker parked an order but escalations() is empty".into());
+        }
+        for esc in open {
+            *summary.escalations.entry(esc.tool.clone()).or_default() += 1;
+            let (resolution, note) = decide(&esc, providers)?;
+            match resolution {
+                Resolution::Landed(_) => summary.resolved_landed += 1,
+                _ => summary.resolved_reissue += 1,
+            }
+            rt.resolve(&esc.key, resolution, &note)
+                .map_err(|e| format!("resolve {}: {e}", esc.key))?;
+        }
+        Ok(())
+    }
+
+    /// Every check of a finished round. Counts duplicates and lost
+    /// operations into the summary; `Err` describes every violation.
+    async fn check(
+        &self,
+        journal: &Path,
+        providers: &Providers,
+        summary: &mut Summary,
+    ) -> Result<(), String> {
+        let mut problems = Vec::new();
+
+        // 1. The providers' ledgers, by business identity.
+        let charges = providers.payments().ledger();
+        let emails = providers.email().ledger();
+        let tickets = providers.tickets().ledger();
+        let wires = providers.wire().ledger();
+        for &order in &self.orders {
+            for tool in EFFECT_TOOLS {
+                let n = shop::effects(providers, tool, order);
+                if n > 1 {
+                    summary.duplicates += n as u64 - 1;
+                    problems.push(format!(
+                        "DUPLICATE: {tool} applied {n} times for order {order}: {}",
+                        ledger_evidence(providers, tool, order)
+                    ));
+                } else if n == 0 {
+                    summary.lost += 1;
+                    problems.push(format!(
+                        "LOST: {tool} never applied for order {order} although its workflow completed"
+                    ));
+                }
+            }
+        }
+        let ours = |order: u64| self.orders.contains(&order);
+        let strays = charges.iter().filter(|c| !ours(c.order_id)).count()
+            + emails.len().saturating_sub(self.orders.len())
+            + tickets.len().saturating_sub(self.orders.len())
+            + wires.len().saturating_sub(self.orders.len());
+        if strays > 0 && problems.is_empty() {
+            problems.push(format!("{strays} effects that belong to no order"));
+        }
+        for d in providers.duplicates() {
+            problems.push(format!(
+                "DUPLICATE (provider's own count): {} {} x{}",
+                d.provider, d.operation, d.count
+            ));
+        }
+
+        // 2. The journal: reopens, nothing parked, one commit per operation.
+        let rt = Runtime::open(journal).map_err(|e| format!("the journal did not reopen: {e}"))?;
+        match rt.escalations() {
+            Ok(open) if open.is_empty() => {}
+            Ok(open) => problems.push(format!(
+                "{} escalations left open: {:?}",
+                open.len(),
+                open.iter().map(|e| e.key.to_string()).collect::<Vec<_>>()
+            )),
+            Err(e) => problems.push(format!("escalations(): {e}")),
+        }
+        let mut commits: BTreeMap<(String, String), u32> = BTreeMap::new();
+        let (mut escalated, mut resolved) = (0u64, 0u64);
+        for event in rt.audit(0) {
+            let event = match event {
+                Ok(e) => e,
+                Err(e) => {
+                    problems.push(format!("unreadable audit event: {e}"));
+                    continue;
+                }
+            };
+            match &event.kind {
+                EventKind::Committed { .. } => {
+                    *commits
+                        .entry((event.root_run.clone(), event.tool.clone()))
+                        .or_default() += 1;
+                }
+                EventKind::Resolved { .. } => resolved += 1,
+                EventKind::Escalated { .. } => escalated += 1,
+                _ => {}
+            }
+        }
+        for &order in &self.orders {
+            let run = root_run(&self.prefix, order);
+            for tool in EFFECT_TOOLS {
+                let n = commits
+                    .get(&(run.clone(), tool.to_string()))
+                    .copied()
+                    .unwrap_or(0);
+                if n == 0 {
+                    summary.audit_gaps += 1;
+                }
+                if n != 1 {
+                    problems.push(format!(
+                        "AUDIT: the durable audit stream shows {n} commits of {tool} for order \
+                         {order}, expected 1"
+                    ));
+                }
+            }
+        }
+        if escalated != resolved {
+            problems.push(format!(
+                "{escalated} escalations in the audit stream but {resolved} resolutions"
+            ));
+        }
+        match rt.stats() {
+            Ok(stats) => {
+                for s in stats.tools.values() {
+                    summary.recoveries += s.recoveries;
+                    summary.verifications += s.verifications;
+                    summary.provider_replays += s.provider_replays;
+                    summary.dedupe_hits += s.dedupe_hits;
+                    summary.retries += s.retries;
+                }
+            }
+            Err(e) => problems.push(format!("stats(): {e}")),
+        }
+
+        // 3. The journal says committed: a last run of every workflow
+        // replays everything and sends nothing.
+        providers.payments().faults().clear();
+        providers.email().faults().clear();
+        providers.tickets().faults().clear();
+        providers.wire().faults().clear();
+        let sent = Arc::new(AtomicU64::new(0));
+        let hook: shop::Hook = {
+            let sent = sent.clone();
+            Arc::new(move |moment, _, _| {
+                if moment == Moment::Sending {
+                    sent.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        // Each request here is an operation the journal did not know as
+        // committed: counted as lost (and as duplicated if it lands twice).
+        let replay = Shop::with_hook(providers.addrs(), hook);
+        let before = ledger_sizes(providers);
+        for &order in &self.orders {
+            let ctx = rt.run(&root_run(&self.prefix, order));
+            if let Err(stopped) = replay.process_order(&ctx, order, &mut |_| {}).await {
+                problems.push(format!("replaying order {order} failed: {stopped}"));
+            }
+        }
+        if sent.load(Ordering::SeqCst) != 0 || ledger_sizes(providers) != before {
+            summary.lost += sent.load(Ordering::SeqCst).max(1);
+            problems.push(format!(
+                "replaying finished workflows called providers {} times (ledgers {before:?} -> {:?})",
+                sent.load(Ordering::SeqCst),
+                ledger_sizes(providers)
+            ));
+        }
+
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("\n"))
+        }
+    }
+}
+
+fn ledger_sizes(p: &Providers) -> [usize; 4] {
+    [
+        p.payments().ledger().len(),
+        p.email().ledger().len(),
+        p.tickets().ledger().len(),
+        p.wire().ledger().len(),
+    ]
+}
+
+fn ledger_evidence(providers: &Providers, tool: &str, order: u64) -> String {
+    let book = shop::order_book(order);
+    let json = match tool {
+        "charge" => serde_json::to_string(
+            &providers
+                .payments()
+                .ledger()
+                .into_iter()
+                .filter(|c| c.order_id == order)
+                .collect::<Vec<_>>(),
+        ),
+        "send_email" => serde_json::to_string(
+            &providers
+                .email()
+                .ledger()
+                .into_iter()
+                .filter(|m| m.to == book.email)
+                .collect::<Vec<_>>(),
+        ),
+        "open_ticket" => serde_json::to_string(
+            &providers
+                .tickets()
+                .ledger()
+                .into_iter()
+                .filter(|t| t.title == shop::ticket_title(order))
+                .collect::<Vec<_>>(),
+        ),
+        _ => serde_json::to_string(
+            &providers
+                .wire()
+                .ledger()
+                .into_iter()
+                .filter(|w| w.reference == shop::wire_reference(order))
+                .collect::<Vec<_>>(),
+        ),
+    };
+    json.unwrap_or_default()
+}
+
+/// `DONE <done> <parked> <failed>` → (done, parked).
+fn parse_done(status: &str) -> Option<(u64, u64)> {
+    let line = status.lines().rev().find(|l| l.starts_with("DONE "))?;
+    let mut it = line.split_whitespace().skip(1);
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// The operator's decision for one escalation: look the effect up at the
+/// provider (by the key it carried, or for the wire by its payment
+/// reference); `Landed` with the provider's record if it is there,
+/// `Reissue` if it is not.
+fn decide(esc: &Escalation, providers: &Providers) -> Result<(Resolution, String), String> {
+    let key = esc.key.to_string();
+    let landed: Option<serde_json::Value> = match esc.tool.as_str() {
+        "charge" => providers
+            .payments()
+            .ledger()
+            .into_iter()
+            .find(|c| {
+                c.idempotency_key.as_deref() == Some(&key) && c.outcome == ChargeOutcome::Succeeded
+            })
+            .map(|c| {
+                serde_json::to_value(Charge {
+                    id: c.charge_id,
+                    amount: c.amount,
+                    currency: c.currency,
+                    order_id: c.order_id,
+                    customer: c.customer,
+                    status: "succeeded".into(),
+                    created_ms: c.at_ms,
+                    replayed: false,
+                })
+            })
+            .transpose()
+            .map_err(|e| e.to_string())?,
+        "send_email" => providers
+            .email()
+            .ledger()
+            .into_iter()
+            .find(|m| m.key.as_deref() == Some(&key))
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|e| e.to_string())?,
+        "open_ticket" => providers
+            .tickets()
+            .ledger()
+            .into_iter()
+            .find(|t| t.external_ref == key)
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|e| e.to_string())?,
+        "refund_wire" => {
+            let order = esc.args["order_id"]
+                .as_u64()
+                .ok_or_else(|| format!("escalation without order_id: {}", esc.args))?;
+            providers
+                .wire()
+                .ledger()
+                .into_iter()
+                .find(|w| w.reference == shop::wire_reference(order))
+                .map(serde_json::to_value)
+                .transpose()
+                .map_err(|e| e.to_string())?
+        }
+        other => return Err(format!("escalation of an unknown tool {other}")),
+    };
+    Ok(match landed {
+        Some(result) => (
+            Resolution::Landed(Some(result)),
+            format!("{} found it in the provider's ledger", esc.tool),
+        ),
+        None => (
+            Resolution::Reissue,
+            format!("{}: not in the provider's ledger after settling", esc.tool),
+        ),
+    })
+}
+
+/// The fault mix of a chaos round. The wire gets no 429s or outages: an
+/// at_most_once tool retries those with the default policy (1 s initial
+/// backoff, not tunable there), which only slows the harness down.
+fn chaos(seed: u64, reads: bool, wire: bool) -> Chaos {
+    let mut c = Chaos::new(seed);
+    c.rate_limit = if wire { 0.0 } else { 0.03 };
+    c.retry_after_secs = 0;
+    c.error_before_apply = 0.04;
+    c.error_after_apply = 0.04;
+    c.timeout_after_apply = 0.02;
+    c.disconnect_after_apply = 0.04;
+    c.delay = 0.08;
+    c.max_delay = CHAOS_MAX_DELAY;
+    c.outage = if wire { 0.0 } else { 0.01 };
+    c.outage_duration = Duration::from_millis(60);
+    c.reads = reads;
+    c
+}

@@ -1,0 +1,212 @@
+//! SIGKILL torture through the real `#[tool]` attribute and the testkit's
+//! TCP providers (the harness is examples/torture/harness.rs, the tools
+//! examples/agent/shop.rs).
+//!
+//! - `sigkill_torture_quick`: 60 kills, with and without provider
+//!   faults; part of `cargo test`. `IDEM_TORTURE_KILLS` and
+//!   `IDEM_TORTURE_SEED` override the kill count and the seed;
+//!   `IDEM_TORTURE_KEEP_GOING=1` counts every violation instead of
+//!   stopping at the first.
+//! - `sigkill_torture_long` (ignored): a thousand kills by default;
+//!   `cargo test --release --test torture -- --ignored --nocapture`.
+//! - `audit_events_of_killed_processes_survive_restarts`: the audit stream
+//!   keeps the commits of processes killed at random instants.
+//!
+//! Workers are this test binary, re-executed to run only
+//! `worker_process_entry`, which becomes the worker when the harness's
+//! environment variable is set (and passes trivially otherwise).
+
+#[path = "../examples/torture/harness.rs"]
+mod harness;
+#[path = "../examples/agent/shop.rs"]
+mod shop;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use idem::{tool, Classify, Ctx, EventKind, Failure, Runtime};
+
+const WORKER_TEST: &str = "worker_process_entry";
+
+/// The entry point of every child process of this file.
+#[test]
+fn worker_process_entry() {
+    if harness::is_worker() {
+        std::process::exit(harness::worker_main());
+    }
+    if let Ok(journal) = std::env::var(AUDIT_CHILD_ENV) {
+        std::process::exit(audit_child(Path::new(&journal)));
+    }
+}
+
+/// This binary, told to run only [`worker_process_entry`]. Children write
+/// what matters to files and exit codes, so libtest's own output is moot.
+fn worker_command() -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("test binary path"));
+    command.args([
+        "--exact",
+        WORKER_TEST,
+        "--nocapture",
+        "--test-threads",
+        "1",
+        "-q",
+    ]);
+    command
+}
+
+fn kills_from_env(default: u64) -> u64 {
+    std::env::var("IDEM_TORTURE_KILLS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(default)
+}
+
+fn torture(kills: u64, progress_every: u64, max_elapsed: Duration) -> harness::Summary {
+    let mut config = harness::Config::new(kills);
+    config.max_elapsed = max_elapsed;
+    config.progress_every = progress_every;
+    // Count every violation instead of stopping at the first one.
+    config.stop_on_violation = std::env::var_os("IDEM_TORTURE_KEEP_GOING").is_none();
+    let summary = harness::run(&config, &worker_command, &mut |line| println!("{line}"));
+    println!("{summary}");
+    summary
+}
+
+fn assert_clean(summary: &harness::Summary, kills: u64) {
+    assert!(
+        summary.ok(),
+        "torture found problems (rerun with IDEM_TORTURE_SEED={:#x}):\n{}\n{summary}",
+        summary.seed,
+        summary.violations.join("\n")
+    );
+    assert!(summary.kills >= kills, "{summary}");
+    // Both kinds of kill happened, with and without faults, and at least
+    // one kill hit an operation that was then recovered from the journal.
+    assert!(
+        summary.random_kills > 0 && summary.crashpoint_kills > 0,
+        "{summary}"
+    );
+    assert!(summary.chaos_rounds > 0 && summary.faults > 0, "{summary}");
+    assert!(summary.recoveries > 0, "{summary}");
+    assert_eq!(summary.operations, summary.workflows * 4);
+}
+
+#[test]
+fn sigkill_torture_quick() {
+    let kills = kills_from_env(60);
+    // About 7 s in a debug build on 2 cores; the bound only stops a run
+    // that has stopped making progress.
+    let summary = torture(kills, 0, Duration::from_secs(120));
+    assert_clean(&summary, kills);
+}
+
+#[test]
+#[ignore = "long: a thousand kills; run with --ignored (in --release)"]
+fn sigkill_torture_long() {
+    let kills = kills_from_env(1000);
+    let summary = torture(kills, 25, Duration::from_secs(3600));
+    assert_clean(&summary, kills);
+    assert!(summary.escalation_total() > 0, "{summary}");
+}
+
+// ---------------------------------------------------------------------------
+// The audit stream across crashes, without providers or the harness.
+
+const AUDIT_CHILD_ENV: &str = "IDEM_TEST_AUDIT_CHILD";
+const AUDIT_FROM_ENV: &str = "IDEM_TEST_AUDIT_FROM";
+const AUDIT_LOG_ENV: &str = "IDEM_TEST_AUDIT_LOG";
+
+#[derive(Debug)]
+struct NeverFails;
+
+impl Classify for NeverFails {
+    fn classify(&self) -> Failure {
+        Failure::Semantic
+    }
+}
+
+#[tool(class = "provider", key = "n")]
+async fn note(ctx: &Ctx, n: u64) -> Result<u64, NeverFails> {
+    let _ = ctx;
+    Ok(n)
+}
+
+/// A child: commits `note(n)` under run `n-{n}` for n = from, from+1, ...
+/// (20 of them), appending `n` to the log file after each commit returned,
+/// until it is killed.
+fn audit_child(journal: &Path) -> i32 {
+    let from: u64 = std::env::var(AUDIT_FROM_ENV)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let log = std::env::var(AUDIT_LOG_ENV).unwrap_or_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio");
+    runtime.block_on(async {
+        let rt = Runtime::open(journal).expect("open journal");
+        for n in from..from + 20 {
+            note(&rt.run(&format!("n-{n}")), n).await.expect("commit");
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .expect("log");
+            writeln!(f, "{n}").expect("log");
+        }
+    });
+    0
+}
+
+/// Processes commit operations one after the other and are SIGKILLed at
+/// random instants. An operation whose call returned is committed, and its
+/// commit is a durable audit event (DESIGN.md §6): the audit stream read
+/// at the end must hold a `Committed` event for every one of them.
+#[test]
+fn audit_events_of_killed_processes_survive_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let log = dir.path().join("committed");
+    let mut rng = idem_testkit::SplitMix64::new(7);
+    for round in 0..30u64 {
+        let mut child = worker_command();
+        child
+            .env(AUDIT_CHILD_ENV, &journal)
+            .env(AUDIT_FROM_ENV, (round * 100).to_string())
+            .env(AUDIT_LOG_ENV, &log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = child.spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(rng.below(120)));
+        let _ = child.kill();
+        child.wait().unwrap();
+    }
+    let committed: Vec<u64> = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    let rt = Runtime::open(&journal).unwrap();
+    let events: Vec<_> = rt.audit(0).map(Result::unwrap).collect();
+    let audited: std::collections::BTreeSet<&str> = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Committed { .. }))
+        .map(|e| e.root_run.as_str())
+        .collect();
+    let missing: Vec<u64> = committed
+        .iter()
+        .copied()
+        .filter(|n| !audited.contains(format!("n-{n}").as_str()))
+        .collect();
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} committed operations have no Committed event in the audit stream: {missing:?}\n\
+         sequence numbers in the stream: {seqs:?}",
+        missing.len(),
+        committed.len()
+    );
+}
