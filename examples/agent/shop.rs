@@ -478,3 +478,31 @@ pub fn sigkill_self() -> ! {
     // `kill` missing, or the signal not delivered yet: abort is as abrupt.
     std::process::abort()
 }
+
+/// Runs a worker's `work` on a single-threaded tokio runtime and returns its
+/// exit code; a worker still running after `deadline` gives up with `stuck`,
+/// so a hang becomes a reported failure instead of a hung parent.
+pub fn run_worker(
+    deadline: Duration,
+    stuck: i32,
+    work: impl std::future::Future<Output = i32>,
+) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start tokio: {e}");
+            return stuck;
+        }
+    };
+    runtime.block_on(async {
+        tokio::time::timeout(deadline, work)
+            .await
+            .unwrap_or_else(|_| {
+                eprintln!("worker stuck for {deadline:?}; giving up");
+                stuck
+            })
+    })
+}

@@ -53,25 +53,7 @@ pub fn is_worker() -> bool {
 /// SIGKILLs itself right after the receipt email landed, before idem could
 /// write the COMMIT.
 pub fn worker_main() -> i32 {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("cannot start tokio: {e}");
-            return FAILED;
-        }
-    };
-    runtime.block_on(async {
-        match tokio::time::timeout(WATCHDOG, worker()).await {
-            Ok(code) => code,
-            Err(_) => {
-                eprintln!("stuck for {WATCHDOG:?}; giving up");
-                FAILED
-            }
-        }
-    })
+    shop::run_worker(WATCHDOG, FAILED, worker())
 }
 
 async fn worker() -> i32 {

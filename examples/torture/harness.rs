@@ -305,25 +305,7 @@ impl CrashPoint {
 /// harness must treat as a failure (a journal error, an impossible answer),
 /// 3 if the journal does not open.
 pub fn worker_main() -> i32 {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("tokio: {e}");
-            return EXIT_FATAL;
-        }
-    };
-    runtime.block_on(async {
-        match tokio::time::timeout(WORKER_DEADLINE, worker()).await {
-            Ok(code) => code,
-            Err(_) => {
-                eprintln!("worker stuck for {WORKER_DEADLINE:?}");
-                EXIT_FATAL
-            }
-        }
-    })
+    shop::run_worker(WORKER_DEADLINE, EXIT_FATAL, worker())
 }
 
 fn env(name: &str) -> Result<String, String> {

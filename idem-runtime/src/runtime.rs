@@ -256,22 +256,7 @@ impl Runtime {
         }
         journal.remove(Space::Escalations, digest)?;
         let current_key = key.with_generation(rec.generation);
-        self.shared.audit.emit(
-            journal,
-            Draft {
-                at_ms: now,
-                tool: &rec.tool,
-                key: Some(&current_key),
-                root_run: &rec.root_run,
-                agent: "operator",
-                kind: EventKind::Resolved {
-                    resolution: resolution.label().to_string(),
-                    note: note.to_string(),
-                },
-            },
-        )?;
-        if let Resolution::Landed(_) = resolution {
-            // It is a commit like any other, for the stream and for stats.
+        let emit = |kind| {
             self.shared.audit.emit(
                 journal,
                 Draft {
@@ -280,12 +265,20 @@ impl Runtime {
                     key: Some(&current_key),
                     root_run: &rec.root_run,
                     agent: "operator",
-                    kind: EventKind::Committed {
-                        attempt: 0,
-                        via: "operator".into(),
-                    },
+                    kind,
                 },
-            )?;
+            )
+        };
+        emit(EventKind::Resolved {
+            resolution: resolution.label().to_string(),
+            note: note.to_string(),
+        })?;
+        if let Resolution::Landed(_) = resolution {
+            // It is a commit like any other, for the stream and for stats.
+            emit(EventKind::Committed {
+                attempt: 0,
+                via: "operator".into(),
+            })?;
         }
         journal.sync_blocking()
     }

@@ -15,7 +15,7 @@ use crate::error::ProviderError;
 use crate::faults::OpKind;
 use crate::http::{HttpResponse, Request};
 use crate::ledger::{Effect, Ledger};
-use crate::server::{error_response, not_found, Injected, Reply, Service};
+use crate::server::{json_body, not_found, required_query, Injected, Reply, Service};
 
 /// The header the key travels in.
 pub const KEY_HEADER: &str = "X-Idem-Key";
@@ -106,15 +106,9 @@ impl Service for Email {
                 if let Some(reply) = fault.before_apply() {
                     return reply;
                 }
-                let msg: EmailMessage = match serde_json::from_slice(&req.body) {
+                let msg: EmailMessage = match json_body(&req) {
                     Ok(m) => m,
-                    Err(e) => {
-                        return Reply::Respond(error_response(
-                            400,
-                            "invalid_request_error",
-                            &e.to_string(),
-                        ))
-                    }
+                    Err(reply) => return reply,
                 };
                 fault.processing().await;
                 let key = req.header(KEY_HEADER).map(str::to_string);
@@ -133,12 +127,9 @@ impl Service for Email {
                 if let Some(reply) = fault.before_apply() {
                     return reply;
                 }
-                let Some(key) = req.query("key") else {
-                    return Reply::Respond(error_response(
-                        400,
-                        "invalid_request_error",
-                        "query parameter `key` is required",
-                    ));
+                let key = match required_query(&req, "key") {
+                    Ok(key) => key,
+                    Err(reply) => return reply,
                 };
                 fault.processing().await;
                 let found = self.ledger.filter(|m| m.key.as_deref() == Some(key));

@@ -29,7 +29,7 @@ use crate::error::ProviderError;
 use crate::faults::OpKind;
 use crate::http::{HttpResponse, Request};
 use crate::ledger::{Effect, Ledger};
-use crate::server::{error_response, not_found, Injected, Reply, Service};
+use crate::server::{bad_request, error_response, not_found, Injected, Reply, Service};
 
 /// Longest idempotency key Stripe accepts, in characters.
 pub const MAX_KEY_LEN: usize = 255;
@@ -314,10 +314,6 @@ fn parse_params(body: &[u8]) -> Result<ChargeRequest, String> {
     Ok(p)
 }
 
-fn invalid(message: &str) -> Reply {
-    Reply::Respond(error_response(400, "invalid_request_error", message))
-}
-
 impl Service for Payments {
     fn op_kind(&self, req: &Request) -> Option<OpKind> {
         (req.method == "POST" && req.path == "/v1/charges").then_some(OpKind::Write)
@@ -338,14 +334,14 @@ impl Service for Payments {
         let key = req.header("idempotency-key").map(str::to_string);
         if let Some(k) = &key {
             if k.is_empty() || k.chars().count() > MAX_KEY_LEN {
-                return invalid(
+                return bad_request(
                     "Keys for idempotent requests can only be 1 to 255 characters long",
                 );
             }
         }
         let params = match parse_params(&req.body) {
             Ok(p) => p,
-            Err(message) => return invalid(&message),
+            Err(message) => return bad_request(&message),
         };
         let Some(key) = key else {
             fault.processing().await;

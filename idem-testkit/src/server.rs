@@ -64,6 +64,22 @@ pub(crate) fn error_response(status: u16, kind: &str, message: &str) -> HttpResp
     )
 }
 
+/// A 400 in Stripe's error shape.
+pub(crate) fn bad_request(message: &str) -> Reply {
+    Reply::Respond(error_response(400, "invalid_request_error", message))
+}
+
+/// The request's JSON body, or the 400 that refuses it.
+pub(crate) fn json_body<T: serde::de::DeserializeOwned>(req: &Request) -> Result<T, Reply> {
+    serde_json::from_slice(&req.body).map_err(|e| bad_request(&e.to_string()))
+}
+
+/// A required query parameter, or the 400 that asks for it.
+pub(crate) fn required_query<'a>(req: &'a Request, name: &str) -> Result<&'a str, Reply> {
+    req.query(name)
+        .ok_or_else(|| bad_request(&format!("query parameter `{name}` is required")))
+}
+
 pub(crate) fn not_found() -> HttpResponse {
     error_response(404, "invalid_request_error", "unrecognized request URL")
 }

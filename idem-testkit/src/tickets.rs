@@ -12,7 +12,7 @@ use crate::error::ProviderError;
 use crate::faults::OpKind;
 use crate::http::{HttpResponse, Request};
 use crate::ledger::{Effect, Ledger};
-use crate::server::{error_response, not_found, Injected, Reply, Service};
+use crate::server::{json_body, not_found, required_query, Injected, Reply, Service};
 
 /// The body of `POST /tickets`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,15 +76,9 @@ impl Service for Tickets {
                 if let Some(reply) = fault.before_apply() {
                     return reply;
                 }
-                let new: NewTicket = match serde_json::from_slice(&req.body) {
+                let new: NewTicket = match json_body(&req) {
                     Ok(t) => t,
-                    Err(e) => {
-                        return Reply::Respond(error_response(
-                            400,
-                            "invalid_request_error",
-                            &e.to_string(),
-                        ))
-                    }
+                    Err(reply) => return reply,
                 };
                 fault.processing().await;
                 let now = self.clock.now_ms();
@@ -101,12 +95,9 @@ impl Service for Tickets {
                 if let Some(reply) = fault.before_apply() {
                     return reply;
                 }
-                let Some(reference) = req.query("external_ref") else {
-                    return Reply::Respond(error_response(
-                        400,
-                        "invalid_request_error",
-                        "query parameter `external_ref` is required",
-                    ));
+                let reference = match required_query(&req, "external_ref") {
+                    Ok(r) => r,
+                    Err(reply) => return reply,
                 };
                 fault.processing().await;
                 let found = self.ledger.filter(|t| t.external_ref == reference);

@@ -12,7 +12,7 @@ use crate::error::ProviderError;
 use crate::faults::OpKind;
 use crate::http::{HttpResponse, Request};
 use crate::ledger::{Effect, Ledger};
-use crate::server::{error_response, not_found, Injected, Reply, Service};
+use crate::server::{bad_request, json_body, not_found, Injected, Reply, Service};
 
 /// The body of `POST /wires`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,18 +73,12 @@ impl Service for Wires {
         if let Some(reply) = fault.before_apply() {
             return reply;
         }
-        let wire: WireRequest = match serde_json::from_slice(&req.body) {
+        let wire: WireRequest = match json_body(&req) {
             Ok(w) => w,
-            Err(e) => {
-                return Reply::Respond(error_response(400, "invalid_request_error", &e.to_string()))
-            }
+            Err(reply) => return reply,
         };
         if wire.amount == 0 {
-            return Reply::Respond(error_response(
-                400,
-                "invalid_request_error",
-                "amount must be at least 1",
-            ));
+            return bad_request("amount must be at least 1");
         }
         fault.processing().await;
         let now = self.clock.now_ms();
