@@ -130,6 +130,23 @@ impl SledJournal {
             let _ = fs::remove_file(path.join("conf"));
         }
 
+        // sled writes a snapshot as `snap.<lsn>.generating`, then renames
+        // it; a process killed in between leaves the partial file, and sled
+        // 0.34 picks it (it sorts last) and reports the journal corrupt. It
+        // is never anything but garbage: sled rebuilds it from its log.
+        if !fresh {
+            for entry in fs::read_dir(&path)
+                .map_err(|e| Error::storage("open", &location, e))?
+                .filter_map(Result::ok)
+            {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with("snap.") && name.ends_with(".generating") {
+                    fs::remove_file(entry.path())
+                        .map_err(|e| Error::storage("remove a partial snapshot", &location, e))?;
+                }
+            }
+        }
+
         let db = sled::Config::new()
             .path(&path)
             .cache_capacity(options.cache_capacity)
@@ -562,6 +579,20 @@ mod tests {
         fs::write(other.join("idem-wal.0000000000000001"), b"IDEMWAL1").unwrap();
         let err = SledJournal::open(&other).unwrap_err();
         assert!(matches!(err, Error::NotAJournal { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_snapshot_killed_while_generating_is_ignored() {
+        let dir = tempfile::TempDir::new().unwrap();
+        drop(SledJournal::open(dir.path()).unwrap());
+        // Sorts after every real snapshot; sled 0.34 would read it.
+        fs::write(
+            dir.path().join("snap.FFFFFFFFFFFFFFFF.generating"),
+            b"half a snapshot, no checksum",
+        )
+        .unwrap();
+        drop(SledJournal::open(dir.path()).unwrap());
+        assert!(!dir.path().join("snap.FFFFFFFFFFFFFFFF.generating").exists());
     }
 
     #[test]
