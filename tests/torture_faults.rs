@@ -16,13 +16,13 @@
 #[path = "../examples/agent/shop.rs"]
 mod shop;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem::journal::{Cas, ScanIter, Space, SyncFuture};
-use idem::{Error, EventKind, IdemKey, Journal, Resolution, Runtime, SledJournal, ToolError};
-use idem_testkit::{Providers, SplitMix64};
+use idem::journal::Space;
+use idem::{Error, EventKind, IdemKey, Resolution, Runtime, SledJournal, ToolError};
+use idem_testkit::{FaultyJournal, Providers, SplitMix64, StorageFault};
 use shop::{Moment, Shop, EFFECT_TOOLS};
 
 /// A unique order id per scenario, so that one set of providers serves a
@@ -52,177 +52,25 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 // ---------------------------------------------------------------------------
 // Storage faults
 
-/// How an injected storage failure behaves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    /// ENOSPC: the write is refused, nothing changes.
-    Refused,
-    /// EIO after the fact: the write happened, but is reported failed.
-    AppliedThenFailed,
-}
-
-/// Delegates to a [`SledJournal`], failing the n-th write or sync.
-struct FailingJournal {
-    inner: SledJournal,
-    mode: Mode,
-    writes: AtomicUsize,
-    syncs: AtomicUsize,
-    /// 1-based index of the write (or sync) to fail; 0: none.
-    fail_write: AtomicUsize,
-    fail_sync: AtomicUsize,
-    /// Writes, syncs and provider calls, in order.
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl FailingJournal {
-    fn new(inner: SledJournal, mode: Mode, log: Arc<Mutex<Vec<String>>>) -> Self {
-        FailingJournal {
-            inner,
-            mode,
-            writes: AtomicUsize::new(0),
-            syncs: AtomicUsize::new(0),
-            fail_write: AtomicUsize::new(0),
-            fail_sync: AtomicUsize::new(0),
-            log,
-        }
-    }
-
-    fn storage_error(&self, op: &'static str) -> Error {
-        let detail = match self.mode {
-            Mode::Refused => "No space left on device (os error 28)",
-            Mode::AppliedThenFailed => "Input/output error (os error 5)",
-        };
-        Error::Storage {
-            op,
-            location: self.inner.location().to_string(),
-            detail: detail.into(),
-        }
-    }
-
-    /// Runs one write, failing it if it is the chosen one.
-    fn write<R>(
-        &self,
-        what: &'static str,
-        op: impl FnOnce() -> Result<R, Error>,
-    ) -> Result<R, Error> {
-        let n = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
-        if n != self.fail_write.load(Ordering::SeqCst) {
-            lock(&self.log).push(format!("write {n} {what}"));
-            return op();
-        }
-        lock(&self.log).push(format!("FAILED write {n} {what}"));
-        if self.mode == Mode::AppliedThenFailed {
-            let _ = op();
-        }
-        Err(self.storage_error(what))
-    }
-
-    /// Whether this sync is the chosen one to fail.
-    fn failing_sync(&self) -> bool {
-        let n = self.syncs.fetch_add(1, Ordering::SeqCst) + 1;
-        let fail = n == self.fail_sync.load(Ordering::SeqCst);
-        lock(&self.log).push(format!("{}sync {n}", if fail { "FAILED " } else { "" }));
-        fail
-    }
-}
-
-impl Journal for FailingJournal {
-    fn location(&self) -> &str {
-        self.inner.location()
-    }
-
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        self.inner.get(space, key)
-    }
-
-    fn compare_and_swap(
-        &self,
-        space: Space,
-        key: &[u8],
-        expected: Option<&[u8]>,
-        new: Option<&[u8]>,
-    ) -> Result<Cas, Error> {
-        self.write("compare_and_swap", || {
-            self.inner.compare_and_swap(space, key, expected, new)
-        })
-    }
-
-    fn insert(&self, space: Space, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        self.write("insert", || self.inner.insert(space, key, value))
-    }
-
-    fn remove(&self, space: Space, key: &[u8]) -> Result<(), Error> {
-        self.write("remove", || self.inner.remove(space, key))
-    }
-
-    fn append(&self, space: Space, value: &[u8]) -> Result<u64, Error> {
-        self.write("append", || self.inner.append(space, value))
-    }
-
-    fn truncate(&self, space: Space, before: &[u8]) -> Result<u64, Error> {
-        self.write("truncate", || self.inner.truncate(space, before))
-    }
-
-    fn scan(&self, space: Space, from: &[u8]) -> ScanIter<'_> {
-        self.inner.scan(space, from)
-    }
-
-    fn sync(&self) -> SyncFuture {
-        if !self.failing_sync() {
-            return self.inner.sync();
-        }
-        let err = self.storage_error("sync");
-        let applied = (self.mode == Mode::AppliedThenFailed).then(|| self.inner.sync());
-        Box::pin(async move {
-            if let Some(sync) = applied {
-                let _ = sync.await;
-            }
-            Err(err)
-        })
-    }
-
-    fn sync_blocking(&self) -> Result<(), Error> {
-        if !self.failing_sync() {
-            return self.inner.sync_blocking();
-        }
-        if self.mode == Mode::AppliedThenFailed {
-            let _ = self.inner.sync_blocking();
-        }
-        Err(self.storage_error("sync"))
-    }
-
-    fn size_on_disk(&self) -> Result<u64, Error> {
-        self.inner.size_on_disk()
-    }
-}
-
 /// A runtime on a fresh failing journal, the journal, and its log.
 fn failing_runtime(
     dir: &std::path::Path,
-    mode: Mode,
-) -> (Runtime, Arc<FailingJournal>, Arc<Mutex<Vec<String>>>) {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let journal = Arc::new(FailingJournal::new(
-        SledJournal::open(dir).unwrap(),
-        mode,
-        log.clone(),
-    ));
+) -> (Runtime, Arc<FaultyJournal>, Arc<Mutex<Vec<String>>>) {
+    let journal = FaultyJournal::new(Arc::new(SledJournal::open(dir).unwrap()));
     let rt = Runtime::builder().journal(journal.clone()).open().unwrap();
+    let log = journal.log();
     (rt, journal, log)
 }
 
 /// Writes and syncs of one clean call of `tool`.
 async fn clean_profile(providers: &Providers, tool: &str) -> (usize, usize) {
     let dir = tempfile::tempdir().unwrap();
-    let (rt, journal, log) = failing_runtime(dir.path(), Mode::Refused);
+    let (rt, journal, log) = failing_runtime(dir.path());
     let shop = logging_shop(providers, log);
     shop.run_step(&rt.run("profile"), tool, next_order())
         .await
         .unwrap();
-    (
-        journal.writes.load(Ordering::SeqCst),
-        journal.syncs.load(Ordering::SeqCst),
-    )
+    (journal.writes(), journal.syncs())
 }
 
 /// The audit events after the first `skip` (this runtime's journal holds
@@ -248,13 +96,13 @@ async fn a_failed_journal_write_never_leads_to_a_blind_provider_call() {
             .map(|n| (n, 0))
             .chain((1..=syncs).map(|n| (0, n)));
         for (fail_write, fail_sync) in targets {
-            for mode in [Mode::Refused, Mode::AppliedThenFailed] {
+            for mode in [StorageFault::Refused, StorageFault::AppliedThenFailed] {
                 scenarios += 1;
                 let case = format!("{tool}, {mode:?}, write {fail_write} / sync {fail_sync}");
                 let dir = tempfile::tempdir().unwrap();
-                let (rt, journal, log) = failing_runtime(dir.path(), mode);
-                journal.fail_write.store(fail_write, Ordering::SeqCst);
-                journal.fail_sync.store(fail_sync, Ordering::SeqCst);
+                let (rt, journal, log) = failing_runtime(dir.path());
+                journal.fail_write(fail_write, mode);
+                journal.fail_sync(fail_sync, mode);
                 let shop = logging_shop(&providers, log.clone());
                 let order = next_order();
                 let run = format!("storage-{order}");
@@ -282,8 +130,7 @@ async fn a_failed_journal_write_never_leads_to_a_blind_provider_call() {
 
                 // The disk works again. The next call must not repeat a
                 // landed effect blindly.
-                journal.fail_write.store(0, Ordering::SeqCst);
-                journal.fail_sync.store(0, Ordering::SeqCst);
+                journal.heal();
                 let calls_before = trace.iter().filter(|l| l.starts_with("call")).count();
                 let seen = rt.audit(0).count();
                 let second = shop.run_step(&ctx, tool, order).await;

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use common::*;
@@ -137,8 +136,8 @@ async fn a_record_from_a_newer_idem_is_refused() {
     assert_eq!(p.calls(), 1);
 }
 
-fn faulty_runtime(dir: &std::path::Path) -> (Runtime, Arc<Faulty>) {
-    let faulty = Faulty::new(Arc::new(SledJournal::open(dir).unwrap()));
+fn faulty_runtime(dir: &std::path::Path) -> (Runtime, Arc<FaultyJournal>) {
+    let faulty = FaultyJournal::new(Arc::new(SledJournal::open(dir).unwrap()));
     (
         Runtime::builder().journal(faulty.clone()).open().unwrap(),
         faulty,
@@ -175,11 +174,11 @@ async fn every_failed_write_before_the_intent_sync_means_no_call() {
         for fail_at in 1..=writes {
             let dir = TempDir::new().unwrap();
             let (rt, faulty) = faulty_runtime(dir.path());
-            faulty.fail_write.store(fail_at, Ordering::SeqCst);
+            faulty.fail_write(fail_at, StorageFault::Refused);
             let ctx = rt.run("run");
             let t = tool("t", class);
             let p = Provider::deduping(&[]);
-            p.log_to(faulty.log.clone());
+            p.log_to(faulty.log());
             let err = call(&ctx, t, &p, 1, "a", VerifyMode::Provider)
                 .await
                 .unwrap_err();
@@ -187,7 +186,7 @@ async fn every_failed_write_before_the_intent_sync_means_no_call() {
                 panic!("{class} write {fail_at}: {err:?}")
             };
             assert!(detail.contains("No space left"), "{detail}");
-            let log = faulty.log.lock().unwrap().clone();
+            let log = faulty.log().lock().unwrap().clone();
             let failed = log.iter().position(|l| l.starts_with("FAILED")).unwrap();
             let called = log.iter().position(|l| l.starts_with("provider call"));
             match called {
@@ -238,8 +237,7 @@ async fn an_intent_write_that_happened_but_reported_failure_is_undone() {
     // back, so an at_most_once tool does not wake an operator for nothing.
     let dir = TempDir::new().unwrap();
     let (rt, faulty) = faulty_runtime(dir.path());
-    faulty.fail_write.store(1, Ordering::SeqCst);
-    faulty.fail_after_writing.store(true, Ordering::SeqCst);
+    faulty.fail_write(1, StorageFault::AppliedThenFailed);
     let ctx = rt.run("run");
     let t = tool("t", Class::AtMostOnce);
     let p = Provider::new(&[]);
@@ -259,7 +257,7 @@ async fn a_failed_intent_sync_means_no_call_and_no_false_doubt() {
     for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
         let dir = TempDir::new().unwrap();
         let (rt, faulty) = faulty_runtime(dir.path());
-        faulty.fail_sync.store(1, Ordering::SeqCst);
+        faulty.fail_sync(1, StorageFault::Refused);
         let ctx = rt.run("run");
         let t = tool("t", class);
         let p = Provider::new(&[]);
@@ -287,7 +285,7 @@ async fn a_failed_commit_sync_is_reported_then_verified_or_escalated() {
         let p = Provider::deduping(&[]);
         {
             let (rt, faulty) = faulty_runtime(dir.path());
-            faulty.fail_sync.store(2, Ordering::SeqCst);
+            faulty.fail_sync(2, StorageFault::Refused);
             let err = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Provider)
                 .await
                 .unwrap_err();

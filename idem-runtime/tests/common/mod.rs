@@ -4,16 +4,14 @@
 #![allow(dead_code)]
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[allow(unused_imports)]
 use idem_runtime::__private::{self, Capture, CaptureOpaque as _, CaptureSerialize as _};
-use idem_runtime::journal::{Cas, Journal, ScanIter, Space, SyncFuture};
 use idem_runtime::{
-    Args, Class, Classify, Ctx, Error, Failure, IdemKey, OnDrift, RetryPolicy, Runtime,
-    ToolDescriptor, ToolError, Verdict,
+    Args, Class, Classify, Ctx, Failure, IdemKey, OnDrift, RetryPolicy, Runtime, ToolDescriptor,
+    ToolError, Verdict,
 };
 
 /// The tool error of the fake provider.
@@ -272,124 +270,7 @@ pub fn open(dir: &std::path::Path) -> Runtime {
     Runtime::open(dir).expect("open journal")
 }
 
-/// A journal that logs every operation and can be told to fail.
-pub struct Faulty {
-    inner: Arc<dyn Journal>,
-    pub log: Arc<Mutex<Vec<String>>>,
-    /// Fail the write (CAS/insert/append) with this 1-based index.
-    pub fail_write: AtomicUsize,
-    /// Fail the sync with this 1-based index.
-    pub fail_sync: AtomicUsize,
-    /// With `fail_write`: carry the write out, then report it failed (an
-    /// I/O error after the change).
-    pub fail_after_writing: std::sync::atomic::AtomicBool,
-    writes: AtomicUsize,
-    syncs: AtomicUsize,
-}
-
-impl Faulty {
-    pub fn new(inner: Arc<dyn Journal>) -> Arc<Self> {
-        Arc::new(Faulty {
-            inner,
-            log: Arc::default(),
-            fail_write: AtomicUsize::new(0),
-            fail_sync: AtomicUsize::new(0),
-            fail_after_writing: std::sync::atomic::AtomicBool::new(false),
-            writes: AtomicUsize::new(0),
-            syncs: AtomicUsize::new(0),
-        })
-    }
-
-    pub fn writes(&self) -> usize {
-        self.writes.load(Ordering::SeqCst)
-    }
-
-    pub fn syncs(&self) -> usize {
-        self.syncs.load(Ordering::SeqCst)
-    }
-
-    fn write(&self, what: String) -> Result<(), Error> {
-        let n = self.writes.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.fail_write.load(Ordering::SeqCst) == n {
-            self.log.lock().unwrap().push(format!("FAILED {what}"));
-            return Err(Error::Storage {
-                op: "write",
-                location: "faulty".into(),
-                detail: "No space left on device (os error 28)".into(),
-            });
-        }
-        self.log.lock().unwrap().push(what);
-        Ok(())
-    }
-}
-
-impl Journal for Faulty {
-    fn location(&self) -> &str {
-        self.inner.location()
-    }
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        self.inner.get(space, key)
-    }
-    fn compare_and_swap(
-        &self,
-        space: Space,
-        key: &[u8],
-        expected: Option<&[u8]>,
-        new: Option<&[u8]>,
-    ) -> Result<Cas, Error> {
-        if let Err(e) = self.write(format!("cas {}", space.name())) {
-            if self.fail_after_writing.load(Ordering::SeqCst) {
-                self.inner.compare_and_swap(space, key, expected, new)?;
-            }
-            return Err(e);
-        }
-        self.inner.compare_and_swap(space, key, expected, new)
-    }
-    fn insert(&self, space: Space, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        self.write(format!("insert {}", space.name()))?;
-        self.inner.insert(space, key, value)
-    }
-    fn remove(&self, space: Space, key: &[u8]) -> Result<(), Error> {
-        self.write(format!("remove {}", space.name()))?;
-        self.inner.remove(space, key)
-    }
-    fn append(&self, space: Space, value: &[u8]) -> Result<u64, Error> {
-        self.write(format!("append {}", space.name()))?;
-        self.inner.append(space, value)
-    }
-    fn scan(&self, space: Space, from: &[u8]) -> ScanIter<'_> {
-        self.inner.scan(space, from)
-    }
-    fn truncate(&self, space: Space, before: &[u8]) -> Result<u64, Error> {
-        self.write(format!("truncate {}", space.name()))?;
-        self.inner.truncate(space, before)
-    }
-    fn sync(&self) -> SyncFuture {
-        let n = self.syncs.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.fail_sync.load(Ordering::SeqCst) == n {
-            self.log.lock().unwrap().push("FAILED sync".into());
-            return Box::pin(async {
-                Err(Error::Storage {
-                    op: "sync",
-                    location: "faulty".into(),
-                    detail: "Input/output error (os error 5)".into(),
-                })
-            });
-        }
-        let log = self.log.clone();
-        let fut = self.inner.sync();
-        Box::pin(async move {
-            let r = fut.await;
-            log.lock().unwrap().push("sync".into());
-            r
-        })
-    }
-    fn sync_blocking(&self) -> Result<(), Error> {
-        self.inner.sync_blocking()
-    }
-    fn size_on_disk(&self) -> Result<u64, Error> {
-        self.inner.size_on_disk()
-    }
-}
+#[allow(unused_imports)]
+pub use idem_testkit::{FaultyJournal, StorageFault};
 
 pub const SECOND: Duration = Duration::from_secs(1);
