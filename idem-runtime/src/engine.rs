@@ -75,6 +75,7 @@ where
         return call_read_only(ctx, tool, attempt).await;
     }
     let mut body = Fns { attempt, verify };
+    let called = Called::from(&args);
     let shared = ctx.shared();
     let digest = *key.digest();
     loop {
@@ -86,7 +87,7 @@ where
                 match tokio::time::timeout(shared.in_flight_wait, rx.changed()).await {
                     Ok(_) => continue,
                     Err(_) => {
-                        let op = Op::blank(ctx, tool, &key, &args);
+                        let op = Op::blank(ctx, tool, &key, &called);
                         op.emit(EventKind::Refused {
                             reason: "in flight in another call".into(),
                         })?;
@@ -95,8 +96,8 @@ where
                 }
             }
         };
-        let mut op = Op::load(ctx, tool, &key, &args)?;
-        return op.drive(&args, &mut body).await;
+        let mut op = Op::load(ctx, tool, &key, &called)?;
+        return op.drive(&called, &mut body).await;
     }
 }
 
@@ -224,6 +225,20 @@ where
     }
 }
 
+/// The call's arguments, reduced once: canonical JSON (written only with a
+/// new record) and its fingerprint (compared on every call).
+struct Called {
+    json: String,
+    fingerprint: [u8; 32],
+}
+
+impl From<&Args> for Called {
+    fn from(args: &Args) -> Self {
+        let (json, fingerprint) = args.canonical();
+        Called { json, fingerprint }
+    }
+}
+
 /// The last failure of a run, kept to be returned if the budget runs out.
 struct Last<E> {
     err: Option<E>,
@@ -247,7 +262,7 @@ struct Op<'a> {
 
 impl<'a> Op<'a> {
     /// A fresh record for this call (not yet written).
-    fn blank(ctx: &'a Ctx, tool: &'static ToolDescriptor, key: &IdemKey, args: &Args) -> Self {
+    fn blank(ctx: &'a Ctx, tool: &'static ToolDescriptor, key: &IdemKey, called: &Called) -> Self {
         let shared = ctx.shared();
         let now = shared.clock.now_ms();
         Op {
@@ -266,8 +281,9 @@ impl<'a> Op<'a> {
                 first_attempt_ms: now,
                 updated_ms: now,
                 maybe_landed: false,
-                fingerprint: args.fingerprint(),
-                args: args.to_json(),
+                fingerprint: called.fingerprint,
+                // Filled in only when this record is the one written.
+                args: String::new(),
                 last_error: None,
                 verify_answer: None,
                 owner: shared.incarnation,
@@ -285,20 +301,25 @@ impl<'a> Op<'a> {
         ctx: &'a Ctx,
         tool: &'static ToolDescriptor,
         key: &IdemKey,
-        args: &Args,
+        called: &Called,
     ) -> Result<Self, Error> {
-        let mut op = Op::blank(ctx, tool, key, args);
+        let mut op = Op::blank(ctx, tool, key, called);
         let journal = &*op.shared.journal;
-        if let Some(bytes) = journal.get(Space::Ops, key.digest())? {
-            op.rec = record::decode(Kind::Op, &bytes, journal.location(), key.digest())?;
-            op.key = key.with_generation(op.rec.generation);
-            op.stored = Some(bytes);
+        match journal.get(Space::Ops, key.digest())? {
+            Some(bytes) => {
+                op.rec = record::decode(Kind::Op, &bytes, journal.location(), key.digest())?;
+                if op.rec.generation != key.generation() {
+                    op.key = key.with_generation(op.rec.generation);
+                }
+                op.stored = Some(bytes);
+            }
+            None => op.rec.args.clone_from(&called.json),
         }
         Ok(op)
     }
 
     /// The decision table for a call that found this record.
-    async fn drive<T, E, B>(&mut self, args: &Args, body: &mut B) -> Result<T, ToolError<E>>
+    async fn drive<T, E, B>(&mut self, called: &Called, body: &mut B) -> Result<T, ToolError<E>>
     where
         T: Serialize + DeserializeOwned,
         E: Classify + Debug,
@@ -309,7 +330,7 @@ impl<'a> Op<'a> {
         }
         match self.rec.state.clone() {
             State::Committed { result, .. } => {
-                self.check_drift(args)?;
+                self.check_drift(called)?;
                 let value = serde_json::from_str(&result).map_err(|e| Error::Result {
                     key: self.key.to_string(),
                     op: "decoded",
@@ -344,15 +365,15 @@ impl<'a> Op<'a> {
                 // The provider said no; a new call is a new decision, under
                 // a key the provider has not cached a refusal for.
                 let generation = self.rec.generation + 1;
-                self.restart(args, generation);
+                self.restart(called, generation);
                 self.run(body).await
             }
             State::Failed { .. } | State::Reissue => {
-                self.restart(args, self.rec.generation);
+                self.restart(called, self.rec.generation);
                 self.run(body).await
             }
             State::Waiting if !self.rec.maybe_landed => {
-                self.check_drift(args)?;
+                self.check_drift(called)?;
                 self.emit(EventKind::Recovered {
                     state: "waiting".into(),
                     attempts: self.rec.attempts,
@@ -363,7 +384,7 @@ impl<'a> Op<'a> {
                 // Nobody in this process drives it (we hold its slot), so
                 // its owner died or dropped the call: the last attempt may
                 // have landed.
-                self.check_drift(args)?;
+                self.check_drift(called)?;
                 let found = self.rec.state.name().to_string();
                 self.emit(EventKind::Recovered {
                     state: found,
@@ -753,20 +774,20 @@ impl<'a> Op<'a> {
     }
 
     /// Starts a new decision for this key: fresh budget and arguments.
-    fn restart(&mut self, args: &Args, generation: u32) {
+    fn restart(&mut self, called: &Called, generation: u32) {
         self.rec.generation = generation;
         self.rec.attempts = 0;
         self.rec.maybe_landed = false;
-        self.rec.fingerprint = args.fingerprint();
-        self.rec.args = args.to_json();
+        self.rec.fingerprint = called.fingerprint;
+        self.rec.args.clone_from(&called.json);
         self.rec.last_error = None;
         self.rec.verify_answer = None;
         self.rec.escalation = None;
         self.key = self.key.with_generation(generation);
     }
 
-    fn check_drift<E>(&self, args: &Args) -> Result<(), ToolError<E>> {
-        if self.rec.fingerprint == args.fingerprint() {
+    fn check_drift<E>(&self, called: &Called) -> Result<(), ToolError<E>> {
+        if self.rec.fingerprint == called.fingerprint {
             return Ok(());
         }
         self.emit(EventKind::ArgsDrift {

@@ -625,10 +625,16 @@ impl Args {
     /// feature elsewhere in the build can turn into insertion order), so a
     /// `HashMap` argument fingerprints the same on every call.
     pub fn fingerprint(&self) -> [u8; 32] {
+        self.canonical().1
+    }
+
+    /// The canonical JSON and its fingerprint, computing the JSON once.
+    pub(crate) fn canonical(&self) -> (String, [u8; 32]) {
+        let json = self.to_json();
         let mut h = Sha256::new();
         h.update(b"idem.args.v1");
-        h.update(self.to_json().as_bytes());
-        h.finalize().into()
+        h.update(json.as_bytes());
+        (json, h.finalize().into())
     }
 
     /// The argument map.
