@@ -300,16 +300,29 @@ impl AuditLog {
     /// Appends an event (durable at the journal's next sync), publishes it
     /// to subscribers and to `tracing`.
     pub(crate) fn emit(&self, journal: &dyn Journal, draft: Draft<'_>) -> Result<u64, Error> {
-        let stored = StoredRef {
-            at_ms: draft.at_ms,
-            tool: draft.tool,
-            key: draft.key.map(|k| (*k.digest(), k.generation())),
-            root_run: draft.root_run,
-            agent: (draft.agent != draft.root_run).then_some(draft.agent),
-            kind: &draft.kind,
-        };
-        let bytes = record::encode(Kind::Event, &stored)?;
-        let seq = journal.append(Space::Audit, &bytes)?;
+        let seq = journal.append(Space::Audit, &Self::encode(&draft)?)?;
+        self.publish(seq, draft);
+        Ok(seq)
+    }
+
+    /// The stored form of an event, for a journal write that carries it.
+    pub(crate) fn encode(draft: &Draft<'_>) -> Result<Vec<u8>, Error> {
+        record::encode(
+            Kind::Event,
+            &StoredRef {
+                at_ms: draft.at_ms,
+                tool: draft.tool,
+                key: draft.key.map(|k| (*k.digest(), k.generation())),
+                root_run: draft.root_run,
+                agent: (draft.agent != draft.root_run).then_some(draft.agent),
+                kind: &draft.kind,
+            },
+        )
+    }
+
+    /// Tells subscribers and `tracing` about an event the journal holds as
+    /// `seq`.
+    pub(crate) fn publish(&self, seq: u64, draft: Draft<'_>) {
         tracing::info!(
             target: "idem::audit",
             seq,
@@ -329,7 +342,6 @@ impl AuditLog {
                 kind: draft.kind,
             });
         }
-        Ok(seq)
     }
 
     pub(crate) fn count_read_only(&self, tool: &'static str) {

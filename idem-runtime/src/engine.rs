@@ -40,7 +40,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::audit::{Draft, EventKind};
+use crate::audit::{AuditLog, Draft, EventKind};
 use crate::class::{Class, OnDrift, ToolDescriptor};
 use crate::ctx::Ctx;
 use crate::error::{Error, ToolError};
@@ -328,10 +328,10 @@ impl<'a> Op<'a> {
         if self.stored.is_none() {
             return self.run(body).await;
         }
-        match self.rec.state.clone() {
+        match &self.rec.state {
             State::Committed { result, .. } => {
                 self.check_drift(called)?;
-                let value = serde_json::from_str(&result).map_err(|e| Error::Result {
+                let value = serde_json::from_str(result).map_err(|e| Error::Result {
                     key: self.key.to_string(),
                     op: "decoded",
                     detail: e.to_string(),
@@ -486,7 +486,8 @@ impl<'a> Op<'a> {
                         error: text.clone(),
                     };
                     self.rec.maybe_landed = false;
-                    self.finish(EventKind::Rejected { error: text }).await?;
+                    self.finish(vec![EventKind::Rejected { error: text }])
+                        .await?;
                     return Err(err.map_or_else(|| timed_out(self.tool, n), ToolError::Tool));
                 }
                 Failure::Ambiguous { .. } if self.tool.class == Class::AtMostOnce => {
@@ -512,15 +513,17 @@ impl<'a> Op<'a> {
             // Not synced: if this is lost in a crash, the durable INTENT is
             // the more cautious truth.
             self.rec.state = State::Waiting;
-            self.write()?;
             if spent.is_none() {
-                self.emit(EventKind::Retry {
+                self.write_with(vec![EventKind::Retry {
                     attempt: n,
                     delay_ms: delay.as_millis() as u64,
                     failure: failure.label().into(),
                     error: last.text.clone(),
-                })?;
-            } else if !verifying {
+                }])?;
+            } else {
+                self.write()?;
+            }
+            if spent.is_some() && !verifying {
                 return Err(self.out_of_budget(last, spent.unwrap_or_default()).await);
             }
             // Before verifying too: give the provider time to settle what
@@ -611,7 +614,10 @@ impl<'a> Op<'a> {
                 self.rec.state = State::Failed {
                     error: last.text.clone(),
                 };
-                if let Err(j) = self.finish(EventKind::Failed { error: last.text }).await {
+                if let Err(j) = self
+                    .finish(vec![EventKind::Failed { error: last.text }])
+                    .await
+                {
                     return j.into();
                 }
                 ToolError::Tool(e)
@@ -623,7 +629,10 @@ impl<'a> Op<'a> {
                 self.rec.state = State::Failed {
                     error: last.text.clone(),
                 };
-                if let Err(j) = self.finish(EventKind::Failed { error: last.text }).await {
+                if let Err(j) = self
+                    .finish(vec![EventKind::Failed { error: last.text }])
+                    .await
+                {
                     return j.into();
                 }
                 timed_out(self.tool, self.rec.attempts)
@@ -727,19 +736,20 @@ impl<'a> Op<'a> {
         })?;
         self.rec.state = State::Committed { result, via };
         self.rec.maybe_landed = false;
+        let mut events = Vec::with_capacity(2);
         if provider_replay {
-            self.emit(EventKind::ProviderReplay { attempt })?;
+            events.push(EventKind::ProviderReplay { attempt });
         }
         let via = match via {
             Via::Call => "call",
             Via::Verify => "verify",
             Via::Operator => "operator",
         };
-        self.finish(EventKind::Committed {
+        events.push(EventKind::Committed {
             attempt,
             via: via.into(),
-        })
-        .await?;
+        });
+        self.finish(events).await?;
         Ok(value)
     }
 
@@ -760,9 +770,9 @@ impl<'a> Op<'a> {
             return e.into();
         }
         match self
-            .finish(EventKind::Escalated {
+            .finish(vec![EventKind::Escalated {
                 reason: reason.clone(),
-            })
+            }])
             .await
         {
             Ok(()) => ToolError::Escalated {
@@ -804,36 +814,56 @@ impl<'a> Op<'a> {
     /// Writes the record with compare-and-swap against what we last read or
     /// wrote: a record changed behind our back stops the call.
     fn write(&mut self) -> Result<(), Error> {
+        self.write_with(Vec::new())
+    }
+
+    /// [`Op::write`], with the audit events that record the change, as one
+    /// unit: a crash cannot keep the state and lose its event (the stream
+    /// would miss a commit) or keep the event and lose the state.
+    fn write_with(&mut self, events: Vec<EventKind>) -> Result<(), Error> {
         self.rec.updated_ms = self.shared.clock.now_ms();
         let bytes = record::encode(Kind::Op, &self.rec)?;
-        let outcome = self.shared.journal.compare_and_swap(
+        let drafts: Vec<Draft<'_>> = events
+            .into_iter()
+            .map(|kind| draft(self.ctx, self.tool.name, Some(&self.key), kind))
+            .collect();
+        let encoded = drafts
+            .iter()
+            .map(AuditLog::encode)
+            .collect::<Result<Vec<_>, _>>()?;
+        let outcome = self.shared.journal.compare_and_swap_with_events(
             Space::Ops,
             self.key.digest(),
             self.stored.as_deref(),
             Some(&bytes),
+            &encoded,
         );
         match outcome.inspect_err(|_| self.failed_write = Some(bytes.clone()))? {
-            Cas::Swapped => {
+            (Cas::Swapped, seqs) => {
                 self.stored = Some(bytes);
+                for (seq, d) in seqs.into_iter().zip(drafts) {
+                    self.shared.audit.publish(seq, d);
+                }
                 Ok(())
             }
-            Cas::Conflict { .. } => Err(Error::Conflict {
+            (Cas::Conflict { .. }, _) => Err(Error::Conflict {
                 key: self.key.to_string(),
             }),
         }
     }
 
     async fn persist_intent(&mut self, first: bool) -> Result<(), Error> {
-        self.write()?;
+        let mut events = Vec::with_capacity(2);
         if first {
-            self.emit(EventKind::Intent {
+            events.push(EventKind::Intent {
                 generation: self.rec.generation,
                 fingerprint: hex(&self.rec.fingerprint),
-            })?;
+            });
         }
-        self.emit(EventKind::Attempt {
+        events.push(EventKind::Attempt {
             attempt: self.rec.attempts,
-        })?;
+        });
+        self.write_with(events)?;
         self.shared.journal.sync().await
     }
 
@@ -861,10 +891,9 @@ impl<'a> Op<'a> {
         }
     }
 
-    /// Writes a terminal (or escalated) state and its event, durably.
-    async fn finish(&mut self, kind: EventKind) -> Result<(), Error> {
-        self.write()?;
-        self.emit(kind)?;
+    /// Writes a terminal (or escalated) state and its events, durably.
+    async fn finish(&mut self, events: Vec<EventKind>) -> Result<(), Error> {
+        self.write_with(events)?;
         self.shared.journal.sync().await
     }
 

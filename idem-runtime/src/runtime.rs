@@ -246,40 +246,46 @@ impl Runtime {
             at_ms: now,
         });
         let new = record::encode(Kind::Op, &rec)?;
-        match journal.compare_and_swap(Space::Ops, digest, Some(&bytes), Some(&new))? {
-            Cas::Swapped => {}
-            Cas::Conflict { .. } => {
-                return Err(Error::Conflict {
-                    key: key.to_string(),
-                })
-            }
-        }
-        journal.remove(Space::Escalations, digest)?;
         let current_key = key.with_generation(rec.generation);
-        let emit = |kind| {
-            self.shared.audit.emit(
-                journal,
-                Draft {
-                    at_ms: now,
-                    tool: &rec.tool,
-                    key: Some(&current_key),
-                    root_run: &rec.root_run,
-                    agent: "operator",
-                    kind,
-                },
-            )
+        let draft = |kind| Draft {
+            at_ms: now,
+            tool: &rec.tool,
+            key: Some(&current_key),
+            root_run: &rec.root_run,
+            agent: "operator",
+            kind,
         };
-        emit(EventKind::Resolved {
+        let mut drafts = vec![draft(EventKind::Resolved {
             resolution: resolution.label().to_string(),
             note: note.to_string(),
-        })?;
+        })];
         if let Resolution::Landed(_) = resolution {
             // It is a commit like any other, for the stream and for stats.
-            emit(EventKind::Committed {
+            drafts.push(draft(EventKind::Committed {
                 attempt: 0,
                 via: "operator".into(),
-            })?;
+            }));
         }
+        let events = drafts
+            .iter()
+            .map(AuditLog::encode)
+            .collect::<Result<Vec<_>, _>>()?;
+        let (cas, seqs) = journal.compare_and_swap_with_events(
+            Space::Ops,
+            digest,
+            Some(&bytes),
+            Some(&new),
+            &events,
+        )?;
+        if cas != Cas::Swapped {
+            return Err(Error::Conflict {
+                key: key.to_string(),
+            });
+        }
+        for (seq, d) in seqs.into_iter().zip(drafts) {
+            self.shared.audit.publish(seq, d);
+        }
+        journal.remove(Space::Escalations, digest)?;
         journal.sync_blocking()
     }
 

@@ -94,6 +94,32 @@ pub trait Journal: Send + Sync + 'static {
         new: Option<&[u8]>,
     ) -> Result<Cas, Error>;
 
+    /// [`compare_and_swap`](Journal::compare_and_swap), then, if it
+    /// swapped, [`append`](Journal::append) each of `events` to the audit
+    /// space, as one unit of durability: no completed `sync` may cover part
+    /// of it. (A state change and the event that records it must not be
+    /// split by a crash.) Returns the events' sequence numbers.
+    ///
+    /// The default does the steps in turn, which is a unit only if nothing
+    /// syncs in between; implementations with concurrent syncs override it.
+    fn compare_and_swap_with_events(
+        &self,
+        space: Space,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        new: Option<&[u8]>,
+        events: &[Vec<u8>],
+    ) -> Result<(Cas, Vec<u64>), Error> {
+        let cas = self.compare_and_swap(space, key, expected, new)?;
+        let mut seqs = Vec::with_capacity(events.len());
+        if cas == Cas::Swapped {
+            for event in events {
+                seqs.push(self.append(Space::Audit, event)?);
+            }
+        }
+        Ok((cas, seqs))
+    }
+
     /// Writes a value unconditionally.
     fn insert(&self, space: Space, key: &[u8], value: &[u8]) -> Result<(), Error>;
 

@@ -358,6 +358,37 @@ impl Journal for SledJournal {
         }
     }
 
+    fn compare_and_swap_with_events(
+        &self,
+        space: Space,
+        key: &[u8],
+        expected: Option<&[u8]>,
+        new: Option<&[u8]>,
+        events: &[Vec<u8>],
+    ) -> Result<(Cas, Vec<u64>), Error> {
+        let tree = self.tree(space);
+        let (outcome, seqs) = self.wal().logged_with_events(
+            || tree.compare_and_swap(key, expected, new),
+            |r| {
+                matches!(r, Ok(Ok(()))).then_some(Entry {
+                    space,
+                    key,
+                    value: new,
+                })
+            },
+            events,
+        );
+        match outcome.map_err(|e| self.err("compare-and-swap", e))? {
+            Ok(()) => Ok((Cas::Swapped, seqs)),
+            Err(conflict) => Ok((
+                Cas::Conflict {
+                    current: conflict.current.map(|v| v.to_vec()),
+                },
+                seqs,
+            )),
+        }
+    }
+
     fn insert(&self, space: Space, key: &[u8], value: &[u8]) -> Result<(), Error> {
         let tree = self.tree(space);
         self.wal()
@@ -596,6 +627,34 @@ mod tests {
         .unwrap();
         drop(SledJournal::open(dir.path()).unwrap());
         assert!(!dir.path().join("snap.FFFFFFFFFFFFFFFF.generating").exists());
+    }
+
+    #[test]
+    fn a_state_change_and_its_events_are_one_unit() {
+        let dir = tempfile::TempDir::new().unwrap();
+        {
+            let j = SledJournal::open(dir.path()).unwrap();
+            let events = vec![b"e1".to_vec(), b"e2".to_vec()];
+            // A conflict writes nothing, events included.
+            let (cas, seqs) = j
+                .compare_and_swap_with_events(Space::Ops, b"k", Some(b"x"), Some(b"v1"), &events)
+                .unwrap();
+            assert!(matches!(cas, Cas::Conflict { current: None }));
+            assert!(seqs.is_empty());
+            assert_eq!(j.scan(Space::Audit, &[]).count(), 0);
+            let (cas, seqs) = j
+                .compare_and_swap_with_events(Space::Ops, b"k", None, Some(b"v1"), &events)
+                .unwrap();
+            assert_eq!((cas, seqs.len()), (Cas::Swapped, 2));
+            j.sync_blocking().unwrap();
+        }
+        let j = SledJournal::open(dir.path()).unwrap();
+        assert_eq!(
+            j.get(Space::Ops, b"k").unwrap().as_deref(),
+            Some(&b"v1"[..])
+        );
+        let stored: Vec<_> = j.scan(Space::Audit, &[]).map(|e| e.unwrap().1).collect();
+        assert_eq!(stored, [b"e1".to_vec(), b"e2".to_vec()]);
     }
 
     #[test]

@@ -252,20 +252,26 @@ impl Wal {
     /// until the flusher stores it in sled. The sequence number is taken
     /// under the log's lock, so the tail is in sequence order.
     pub(super) fn append_audit(&self, value: &[u8]) -> u64 {
+        push_audit(&mut self.lock(), value)
+    }
+
+    /// [`Wal::logged`], plus, if the change is logged, `events` appended
+    /// to the audit stream under the same lock: the flusher takes either
+    /// all of it or none of it.
+    pub(super) fn logged_with_events<'e, R>(
+        &self,
+        change: impl FnOnce() -> R,
+        entry: impl FnOnce(&R) -> Option<Entry<'e>>,
+        events: &[Vec<u8>],
+    ) -> (R, Vec<u64>) {
         let mut state = self.lock();
-        let seq = state.next_seq;
-        state.next_seq += 1;
-        let key = seq.to_be_bytes();
-        encode(
-            &Entry {
-                space: Space::Audit,
-                key: &key,
-                value: Some(value),
-            },
-            &mut state.pending,
-        );
-        state.audit_tail.push((seq, value.to_vec()));
-        seq
+        let result = change();
+        let mut seqs = Vec::new();
+        if let Some(e) = entry(&result) {
+            encode(&e, &mut state.pending);
+            seqs = events.iter().map(|ev| push_audit(&mut state, ev)).collect();
+        }
+        (result, seqs)
     }
 
     /// The audit events not yet in sled, oldest first.
@@ -391,6 +397,23 @@ impl Wal {
             let _ = sync_dir(&self.dir);
         }
     }
+}
+
+/// Logs an audit event and keeps it in the tail; the caller holds the lock.
+fn push_audit(state: &mut State, value: &[u8]) -> u64 {
+    let seq = state.next_seq;
+    state.next_seq += 1;
+    let key = seq.to_be_bytes();
+    encode(
+        &Entry {
+            space: Space::Audit,
+            key: &key,
+            value: Some(value),
+        },
+        &mut state.pending,
+    );
+    state.audit_tail.push((seq, value.to_vec()));
+    seq
 }
 
 fn write_and_sync(file: &File, buf: &[u8]) -> io::Result<()> {
