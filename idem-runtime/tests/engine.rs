@@ -127,14 +127,10 @@ async fn committed_survives_reopen() {
     let t = tool("t", Class::Journal);
     {
         let rt = open(dir.path());
-        call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Provider)
-            .await
-            .unwrap();
+        call1(&rt, t, &p, VerifyMode::Provider).await.unwrap();
     }
     let rt = open(dir.path());
-    let out = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Provider)
-        .await
-        .unwrap();
+    let out = call1(&rt, t, &p, VerifyMode::Provider).await.unwrap();
     assert_eq!(out, "done:a");
     assert_eq!(p.calls(), 1);
 }
@@ -285,15 +281,7 @@ async fn dead_owner_provider_reruns_with_the_same_key() {
     let dir = TempDir::new().unwrap();
     let p = Provider::deduping(&[]);
     let rt = crash_mid_call(dir.path(), Class::Provider, &p, Step::LandThenHang).await;
-    let out = call(
-        &rt.run("run"),
-        tool("t", Class::Provider),
-        &p,
-        1,
-        "a",
-        VerifyMode::None,
-    )
-    .await;
+    let out = call1(&rt, tool("t", Class::Provider), &p, VerifyMode::None).await;
     assert_eq!(out.unwrap(), "done:a");
     let reqs = p.requests();
     assert_eq!(reqs.len(), 2);
@@ -320,9 +308,7 @@ async fn dead_owner_provider_outside_dedupe_window_escalates() {
     let p = Provider::deduping(&[]);
     let rt = crash_mid_call_with(dir.path(), t, &p, Step::LandThenHang, Some(clock.clone())).await;
     clock.advance(Duration::from_secs(25 * 3600));
-    let err = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::None)
-        .await
-        .unwrap_err();
+    let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
     let ToolError::Escalated { reason, .. } = err else {
         panic!("{err:?}")
     };
@@ -336,9 +322,7 @@ async fn dead_owner_provider_out_of_budget_escalates() {
     let t = tool_with("t", Class::Provider, |d| d.retry.max_attempts = 1);
     let p = Provider::deduping(&[]);
     let rt = crash_mid_call_with(dir.path(), t, &p, Step::LandThenHang, None).await;
-    let err = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::None)
-        .await
-        .unwrap_err();
+    let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
     let ToolError::Escalated { reason, .. } = err else {
         panic!("{err:?}")
     };
@@ -352,14 +336,12 @@ async fn dead_owner_journal_verify_landed_commits_without_rerun() {
     let p = Provider::new(&[]);
     let rt = crash_mid_call(dir.path(), Class::Journal, &p, Step::LandThenHang).await;
     let t = tool("t", Class::Journal);
-    let out = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Provider).await;
+    let out = call1(&rt, t, &p, VerifyMode::Provider).await;
     assert_eq!(out.unwrap(), "done:a");
     assert_eq!(p.calls(), 1);
     assert_eq!(p.effects(), 1);
     // Committed for good: later calls replay.
-    call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Provider)
-        .await
-        .unwrap();
+    call1(&rt, t, &p, VerifyMode::Provider).await.unwrap();
     assert_eq!(p.calls(), 1);
     let evs = events(&rt);
     assert!(evs
@@ -401,15 +383,7 @@ async fn dead_owner_journal_verify_not_landed_reruns() {
     let dir = TempDir::new().unwrap();
     let p = Provider::new(&[]);
     let rt = crash_mid_call(dir.path(), Class::Journal, &p, Step::Hang).await;
-    let out = call(
-        &rt.run("run"),
-        tool("t", Class::Journal),
-        &p,
-        1,
-        "a",
-        VerifyMode::Provider,
-    )
-    .await;
+    let out = call1(&rt, tool("t", Class::Journal), &p, VerifyMode::Provider).await;
     assert_eq!(out.unwrap(), "done:a");
     assert_eq!(p.calls(), 2);
     assert_eq!(p.effects(), 1);
@@ -543,15 +517,7 @@ async fn resolved_landed_replays_the_operators_result() {
     )
     .unwrap();
     assert!(rt.escalations().unwrap().is_empty());
-    let out = call(
-        &rt.run("run"),
-        tool("t", Class::AtMostOnce),
-        &p,
-        1,
-        "a",
-        VerifyMode::None,
-    )
-    .await;
+    let out = call1(&rt, tool("t", Class::AtMostOnce), &p, VerifyMode::None).await;
     assert_eq!(out.unwrap(), "wire-77");
     assert_eq!(p.calls(), 1);
     assert!(events(&rt).iter().any(|k| matches!(k,
@@ -572,15 +538,7 @@ async fn resolved_reissue_runs_again() {
     let key = escalated_op(&rt, &p).await;
     rt.resolve(&key, Resolution::Reissue, "bank says nothing arrived")
         .unwrap();
-    let out = call(
-        &rt.run("run"),
-        tool("t", Class::AtMostOnce),
-        &p,
-        1,
-        "a",
-        VerifyMode::None,
-    )
-    .await;
+    let out = call1(&rt, tool("t", Class::AtMostOnce), &p, VerifyMode::None).await;
     assert_eq!(out.unwrap(), "done:a");
     assert_eq!(p.calls(), 2);
 }
@@ -593,16 +551,9 @@ async fn resolved_abandon_is_abandoned() {
     let key = escalated_op(&rt, &p).await;
     rt.resolve(&key, Resolution::Abandon, "customer cancelled")
         .unwrap();
-    let err = call(
-        &rt.run("run"),
-        tool("t", Class::AtMostOnce),
-        &p,
-        1,
-        "a",
-        VerifyMode::None,
-    )
-    .await
-    .unwrap_err();
+    let err = call1(&rt, tool("t", Class::AtMostOnce), &p, VerifyMode::None)
+        .await
+        .unwrap_err();
     assert!(matches!(err, ToolError::Abandoned { .. }), "{err:?}");
     assert_eq!(p.calls(), 1);
 }
@@ -725,16 +676,9 @@ async fn verify_none_escalates_without_waiting() {
     let rt = open(dir.path());
     let p = Provider::new(&[Step::LoseThenTimeout]);
     let started = Instant::now();
-    let err = call(
-        &rt.run("run"),
-        tool("t", Class::Journal),
-        &p,
-        1,
-        "a",
-        VerifyMode::None,
-    )
-    .await
-    .unwrap_err();
+    let err = call1(&rt, tool("t", Class::Journal), &p, VerifyMode::None)
+        .await
+        .unwrap_err();
     assert!(matches!(err, ToolError::Escalated { .. }), "{err:?}");
     assert_eq!(
         started.elapsed(),
@@ -748,15 +692,7 @@ async fn ambiguous_provider_retries_with_the_same_key() {
     let dir = TempDir::new().unwrap();
     let rt = open(dir.path());
     let p = Provider::deduping(&[Step::LandThenTimeout]);
-    let out = call(
-        &rt.run("run"),
-        tool("t", Class::Provider),
-        &p,
-        1,
-        "a",
-        VerifyMode::None,
-    )
-    .await;
+    let out = call1(&rt, tool("t", Class::Provider), &p, VerifyMode::None).await;
     assert_eq!(out.unwrap(), "done:a");
     let reqs = p.requests();
     assert_eq!(reqs.len(), 2);
@@ -771,15 +707,7 @@ async fn ambiguous_journal_verifies_before_rerunning() {
     let dir = TempDir::new().unwrap();
     let rt = open(dir.path());
     let p = Provider::new(&[Step::LandThenTimeout]);
-    let out = call(
-        &rt.run("run"),
-        tool("t", Class::Journal),
-        &p,
-        1,
-        "a",
-        VerifyMode::Provider,
-    )
-    .await;
+    let out = call1(&rt, tool("t", Class::Journal), &p, VerifyMode::Provider).await;
     assert_eq!(out.unwrap(), "done:a");
     assert_eq!(p.calls(), 1);
     assert_eq!(p.effects(), 1);
@@ -788,15 +716,7 @@ async fn ambiguous_journal_verifies_before_rerunning() {
     let dir = TempDir::new().unwrap();
     let rt = open(dir.path());
     let p = Provider::new(&[Step::LoseThenTimeout]);
-    let out = call(
-        &rt.run("run"),
-        tool("t", Class::Journal),
-        &p,
-        1,
-        "a",
-        VerifyMode::Provider,
-    )
-    .await;
+    let out = call1(&rt, tool("t", Class::Journal), &p, VerifyMode::Provider).await;
     assert_eq!(out.unwrap(), "done:a");
     assert_eq!(p.calls(), 2);
     assert_eq!(p.effects(), 1);
@@ -815,16 +735,9 @@ async fn ambiguous_journal_verifies_before_rerunning() {
     let dir = TempDir::new().unwrap();
     let rt = open(dir.path());
     let p = Provider::new(&[Step::LoseThenTimeout]);
-    let err = call(
-        &rt.run("run"),
-        tool("t", Class::Journal),
-        &p,
-        1,
-        "a",
-        VerifyMode::Unknown,
-    )
-    .await
-    .unwrap_err();
+    let err = call1(&rt, tool("t", Class::Journal), &p, VerifyMode::Unknown)
+        .await
+        .unwrap_err();
     assert!(matches!(err, ToolError::Escalated { .. }), "{err:?}");
     assert_eq!(p.calls(), 1);
 }
@@ -834,16 +747,9 @@ async fn ambiguous_at_most_once_escalates_and_never_retries() {
     let dir = TempDir::new().unwrap();
     let rt = open(dir.path());
     let p = Provider::new(&[Step::LoseThenTimeout]);
-    let err = call(
-        &rt.run("run"),
-        tool("t", Class::AtMostOnce),
-        &p,
-        1,
-        "a",
-        VerifyMode::None,
-    )
-    .await
-    .unwrap_err();
+    let err = call1(&rt, tool("t", Class::AtMostOnce), &p, VerifyMode::None)
+        .await
+        .unwrap_err();
     let ToolError::Escalated { reason, .. } = err else {
         panic!("{err:?}")
     };
@@ -881,16 +787,9 @@ async fn semantic_records_rejected_and_returns_it() {
         let dir = TempDir::new().unwrap();
         let rt = open(dir.path());
         let p = Provider::new(&[Step::Decline]);
-        let err = call(
-            &rt.run("run"),
-            tool("t", class),
-            &p,
-            1,
-            "a",
-            verify_for(class),
-        )
-        .await
-        .unwrap_err();
+        let err = call1(&rt, tool("t", class), &p, verify_for(class))
+            .await
+            .unwrap_err();
         assert!(
             matches!(err, ToolError::Tool(TestError::Declined)),
             "{class}: {err:?}"
@@ -931,9 +830,7 @@ async fn budget_spent_with_ambiguity_escalates() {
             Step::LoseThenTimeout,
             Step::LoseThenTimeout,
         ]);
-        let err = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Unknown)
-            .await
-            .unwrap_err();
+        let err = call1(&rt, t, &p, VerifyMode::Unknown).await.unwrap_err();
         match class {
             // The provider tool retried the same key three times; the
             // outcome is still unknown.
@@ -960,9 +857,7 @@ async fn budget_spent_provably_not_landed_fails_with_the_last_error() {
         let rt = open(dir.path());
         let t = tool_with("t", class, |d| d.retry.max_attempts = 2);
         let p = Provider::new(&[Step::Refuse, Step::Refuse, Step::Ok]);
-        let err = call(&rt.run("run"), t, &p, 1, "a", verify_for(class))
-            .await
-            .unwrap_err();
+        let err = call1(&rt, t, &p, verify_for(class)).await.unwrap_err();
         assert!(
             matches!(err, ToolError::Tool(TestError::Refused)),
             "{class}: {err:?}"
@@ -970,7 +865,7 @@ async fn budget_spent_provably_not_landed_fails_with_the_last_error() {
         assert_eq!(p.calls(), 2);
         assert_eq!(count(&rt, |k| matches!(k, EventKind::Failed { .. })), 1);
         // Failed means nothing landed: the next call starts a fresh budget.
-        let out = call(&rt.run("run"), t, &p, 1, "a", verify_for(class)).await;
+        let out = call1(&rt, t, &p, verify_for(class)).await;
         assert_eq!(out.unwrap(), "done:a");
     }
     // Journal: ambiguous, verify says not landed, budget spent: the last
@@ -979,9 +874,7 @@ async fn budget_spent_provably_not_landed_fails_with_the_last_error() {
     let rt = open(dir.path());
     let t = tool_with("t", Class::Journal, |d| d.retry.max_attempts = 2);
     let p = Provider::new(&[Step::LoseThenTimeout, Step::LoseThenTimeout]);
-    let err = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Provider)
-        .await
-        .unwrap_err();
+    let err = call1(&rt, t, &p, VerifyMode::Provider).await.unwrap_err();
     assert!(
         matches!(err, ToolError::Tool(TestError::Timeout)),
         "{err:?}"
@@ -1005,9 +898,7 @@ async fn max_elapsed_bounds_the_retries() {
     });
     let p = Provider::new(&[Step::Refuse; 100]);
     let started = Instant::now();
-    let err = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::None)
-        .await
-        .unwrap_err();
+    let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
     assert!(matches!(err, ToolError::Tool(TestError::Refused)));
     // Attempts at 0, 10, 30 s; the next would start at 70 s > 60 s.
     assert_eq!(p.calls(), 3);
@@ -1032,9 +923,7 @@ async fn crash_loop_does_not_reset_the_budget() {
             .is_err());
     }
     let rt = open(dir.path());
-    let err = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::None)
-        .await
-        .unwrap_err();
+    let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
     assert!(matches!(err, ToolError::Escalated { .. }), "{err:?}");
     assert_eq!(p.calls(), 3);
     let attempts: Vec<u32> = p.requests().iter().map(|r| r.1).collect();
@@ -1058,9 +947,7 @@ async fn max_elapsed_counts_across_restarts() {
         .open();
     // The runtime from crash_mid_call_with is dropped; reopen.
     let rt = rt.unwrap_or_else(|_| panic!("reopen"));
-    let err = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::None)
-        .await
-        .unwrap_err();
+    let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
     let ToolError::Escalated { reason, .. } = err else {
         panic!("{err:?}")
     };
@@ -1119,9 +1006,7 @@ async fn timeout_makes_an_attempt_ambiguous() {
         d.timeout = Some(Duration::from_secs(5))
     });
     let p = Provider::new(&[Step::LandThenHang]);
-    let err = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::None)
-        .await
-        .unwrap_err();
+    let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
     let ToolError::Escalated { reason, .. } = err else {
         panic!("{err:?}")
     };
@@ -1131,7 +1016,7 @@ async fn timeout_makes_an_attempt_ambiguous() {
         d.timeout = Some(Duration::from_secs(5))
     });
     let p = Provider::new(&[Step::LandThenHang]);
-    let out = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Provider).await;
+    let out = call1(&rt, t, &p, VerifyMode::Provider).await;
     assert_eq!(out.unwrap(), "done:a");
     assert_eq!(p.calls(), 1);
 }

@@ -149,16 +149,9 @@ async fn clean_call_profile(class: Class) -> (usize, usize) {
     let dir = TempDir::new().unwrap();
     let (rt, faulty) = faulty_runtime(dir.path());
     let p = Provider::new(&[]);
-    call(
-        &rt.run("run"),
-        tool("t", class),
-        &p,
-        1,
-        "a",
-        VerifyMode::Provider,
-    )
-    .await
-    .unwrap();
+    call1(&rt, tool("t", class), &p, VerifyMode::Provider)
+        .await
+        .unwrap();
     (faulty.writes(), faulty.syncs())
 }
 
@@ -286,9 +279,7 @@ async fn a_failed_commit_sync_is_reported_then_verified_or_escalated() {
         {
             let (rt, faulty) = faulty_runtime(dir.path());
             faulty.fail_sync(2, StorageFault::Refused);
-            let err = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Provider)
-                .await
-                .unwrap_err();
+            let err = call1(&rt, t, &p, VerifyMode::Provider).await.unwrap_err();
             assert!(matches!(err, ToolError::Journal(_)), "{err:?}");
             assert_eq!(p.effects(), 1);
         }
@@ -296,7 +287,7 @@ async fn a_failed_commit_sync_is_reported_then_verified_or_escalated() {
         // have written the COMMIT in the background; either way there is no
         // second effect.
         let rt = open(dir.path());
-        let again = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Provider).await;
+        let again = call1(&rt, t, &p, VerifyMode::Provider).await;
         match again {
             Ok(v) => assert_eq!(v, "done:a"),
             Err(ToolError::Escalated { .. }) => assert_eq!(class, Class::AtMostOnce),
@@ -315,12 +306,8 @@ async fn audit_stream_is_durable_ordered_live_and_exportable() {
     {
         let rt = open(dir.path());
         let mut sub = rt.subscribe();
-        call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Provider)
-            .await
-            .unwrap();
-        call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Provider)
-            .await
-            .unwrap();
+        call1(&rt, t, &p, VerifyMode::Provider).await.unwrap();
+        call1(&rt, t, &p, VerifyMode::Provider).await.unwrap();
         while let Some(e) = sub.try_recv() {
             live.push(e.unwrap());
         }

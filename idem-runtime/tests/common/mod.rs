@@ -266,6 +266,16 @@ pub async fn call(
     __private::call(ctx, tool, key, args, attempt, verify_opt).await
 }
 
+/// The usual call of a test: root run "run", order 1, body "a".
+pub async fn call1(
+    rt: &Runtime,
+    tool: &'static ToolDescriptor,
+    provider: &Provider,
+    verify: VerifyMode,
+) -> Result<String, ToolError<TestError>> {
+    call(&rt.run("run"), tool, provider, 1, "a", verify).await
+}
+
 pub fn open(dir: &std::path::Path) -> Runtime {
     Runtime::open(dir).expect("open journal")
 }
