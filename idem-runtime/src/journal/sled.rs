@@ -339,23 +339,8 @@ impl Journal for SledJournal {
         expected: Option<&[u8]>,
         new: Option<&[u8]>,
     ) -> Result<Cas, Error> {
-        let tree = self.tree(space);
-        let outcome = self.wal().logged(
-            || tree.compare_and_swap(key, expected, new),
-            |r| {
-                matches!(r, Ok(Ok(()))).then_some(Entry {
-                    space,
-                    key,
-                    value: new,
-                })
-            },
-        );
-        match outcome.map_err(|e| self.err("compare-and-swap", e))? {
-            Ok(()) => Ok(Cas::Swapped),
-            Err(conflict) => Ok(Cas::Conflict {
-                current: conflict.current.map(|v| v.to_vec()),
-            }),
-        }
+        self.compare_and_swap_with_events(space, key, expected, new, &[])
+            .map(|(cas, _)| cas)
     }
 
     fn compare_and_swap_with_events(

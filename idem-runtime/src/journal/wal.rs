@@ -240,12 +240,7 @@ impl Wal {
         change: impl FnOnce() -> R,
         entry: impl FnOnce(&R) -> Option<Entry<'e>>,
     ) -> R {
-        let mut state = self.lock();
-        let result = change();
-        if let Some(e) = entry(&result) {
-            encode(&e, &mut state.pending);
-        }
-        result
+        self.logged_with_events(change, entry, &[]).0
     }
 
     /// Appends an audit event: logged for durability and kept in memory
