@@ -303,7 +303,7 @@ fn main() {
             );
             have += 300;
             let (rss, _) = rss_kib();
-            let disk = rt.size_on_disk().unwrap_or(0);
+            let disk = rt.size_on_disk().await.unwrap_or(0);
             println!(
                 "{have:>10} {:>14.1} {:>14.1} {:>14.1} {:>12.1} {:>12.1}",
                 us(r.p50),
@@ -318,7 +318,7 @@ fn main() {
             next *= 10;
         }
         let (_, peak) = rss_kib();
-        let disk = rt.size_on_disk().unwrap_or(0);
+        let disk = rt.size_on_disk().await.unwrap_or(0);
         println!(
             "peak RSS {:.1} MiB; on disk {:.1} MiB for {have} operations = {:.0} MiB per million",
             peak as f64 / 1024.0,
@@ -329,7 +329,7 @@ fn main() {
         // Retention: every operation is now older than the retention.
         clock.advance(rt.retention() + Duration::from_secs(1));
         let t = Instant::now();
-        let report = rt.prune().expect("prune");
+        let report = rt.prune().await.expect("prune");
         println!(
             "retention: pruned {} operations and {} audit events in {:.2} s ({} kept open)",
             report.ops_removed,

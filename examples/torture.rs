@@ -99,6 +99,20 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
 
 /// Prints a journal's audit stream (JSON lines) and open escalations.
 fn dump(dir: &std::path::Path) -> i32 {
+    let tokio = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    tokio.block_on(dump_async(dir))
+}
+
+async fn dump_async(dir: &std::path::Path) -> i32 {
     let rt = match idem::Runtime::open(dir) {
         Ok(rt) => rt,
         Err(e) => {
@@ -106,11 +120,11 @@ fn dump(dir: &std::path::Path) -> i32 {
             return 1;
         }
     };
-    if let Err(e) = rt.export_audit(0, &mut std::io::stdout()) {
+    if let Err(e) = rt.export_audit(0, &mut std::io::stdout()).await {
         eprintln!("{e}");
         return 1;
     }
-    match rt.escalations() {
+    match rt.escalations().await {
         Ok(open) => {
             for e in open {
                 println!("open escalation: {e:?}");

@@ -406,7 +406,7 @@ pub use idem_runtime::*;
 /// let rt = Runtime::open(dir.path())?;
 /// let err = wire(&rt.run("payout-3"), "tr-3".into(), 10_000).await.unwrap_err();
 /// assert!(matches!(err, ToolError::Escalated { .. }));
-/// assert_eq!(rt.escalations()?.len(), 1);
+/// assert_eq!(rt.escalations().await?.len(), 1);
 /// # Ok(())
 /// # }
 /// ```
@@ -461,7 +461,7 @@ pub use idem_runtime::*;
 /// # let dir = tempfile::tempdir()?;
 /// let rt = Runtime::open(dir.path())?;
 /// pay(&rt.run("order-4711"), 4711, "4242 4242 4242 4242".into()).await.unwrap_err();
-/// let evidence = &rt.escalations()?[0].args;
+/// let evidence = &rt.escalations().await?[0].args;
 /// assert_eq!(evidence["order_id"], 4711);
 /// assert_eq!(evidence["card_number"], "<redacted>");
 /// # Ok(())

@@ -80,8 +80,13 @@ fn runtime() -> (tempfile::TempDir, Runtime) {
     (dir, rt)
 }
 
-fn events(rt: &Runtime) -> Vec<EventKind> {
-    rt.audit(0).map(|e| e.unwrap().kind).collect()
+async fn events(rt: &Runtime) -> Vec<EventKind> {
+    rt.audit(0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
 }
 
 #[tool(
@@ -129,7 +134,7 @@ async fn committed_call_replays_without_running_the_body() {
         .unwrap();
     assert_eq!(first, again);
     assert_eq!(probe.calls(), 1);
-    assert!(events(&rt).contains(&EventKind::DedupeHit));
+    assert!(events(&rt).await.contains(&EventKind::DedupeHit));
 
     // A subagent shares the root run's dedupe scope; a scope does not.
     let sub = ctx.child("refund-agent");
@@ -160,7 +165,7 @@ async fn the_key_depends_only_on_declared_fields() {
         .unwrap();
     assert_eq!(drifted, first);
     assert_eq!(probe.calls(), 1);
-    assert!(events(&rt).iter().any(|e| matches!(
+    assert!(events(&rt).await.iter().any(|e| matches!(
         e,
         EventKind::ArgsDrift {
             policy: OnDrift::Replay
@@ -264,7 +269,7 @@ async fn redacted_arguments_never_reach_the_evidence() {
         "at_most_once never retries an ambiguous failure"
     );
 
-    let escalations = rt.escalations().unwrap();
+    let escalations = rt.escalations().await.unwrap();
     assert_eq!(escalations.len(), 1);
     let e = &escalations[0];
     assert_eq!(e.class, Class::AtMostOnce);
@@ -276,7 +281,7 @@ async fn redacted_arguments_never_reach_the_evidence() {
     assert!(!evidence.contains("4242"), "{evidence}");
     assert!(!evidence.contains("987654"), "{evidence}");
     let mut audit = Vec::new();
-    rt.export_audit(0, &mut audit).unwrap();
+    rt.export_audit(0, &mut audit).await.unwrap();
     let audit = String::from_utf8(audit).unwrap();
     assert!(
         !audit.contains("4242") && !audit.contains("987654"),
@@ -326,7 +331,7 @@ async fn a_timed_out_provider_attempt_is_retried_with_the_same_key() {
     assert_eq!(probe.calls(), 2);
     let keys = probe.keys();
     assert_eq!(keys[0], keys[1]);
-    assert!(events(&rt).iter().any(
+    assert!(events(&rt).await.iter().any(
         |e| matches!(e, EventKind::Retry { failure, error, .. } if failure == "ambiguous" && error.contains("timed out"))
     ));
 }
@@ -534,19 +539,14 @@ async fn field_path_keys_ignore_the_other_fields() {
     assert_eq!(keys.len(), 5);
 }
 
-/// Two tools sharing a stable `name` and key types that encode alike:
-/// `&str` and `String` give the same key, so renaming a function or
-/// changing a parameter to a borrow keeps old operations deduplicated.
+/// A tool whose stable `name` is not its function's: renaming the function
+/// (or changing `&str` to `String`, which encode alike) keeps its keys, so
+/// old operations stay deduplicated. (Two tools of one name in one program
+/// are refused when the runtime opens.)
 #[tool(class = "provider", name = "notify", key = "user")]
 async fn notify_v1(ctx: &Ctx, user: &str, probe: Arc<Probe>) -> Result<String, Fail> {
     probe.attempt(ctx)?;
     Ok(format!("v1:{user}"))
-}
-
-#[tool(class = "provider", name = "notify", key = "user")]
-async fn notify_v2(ctx: &Ctx, user: String, probe: Arc<Probe>) -> Result<String, Fail> {
-    probe.attempt(ctx)?;
-    Ok(format!("v2:{user}"))
 }
 
 #[tokio::test]
@@ -558,12 +558,16 @@ async fn the_name_argument_is_the_stable_tool_id() {
         notify_v1(&ctx, "ann", probe.clone()).await.unwrap(),
         "v1:ann"
     );
-    assert_eq!(
-        notify_v2(&ctx, "ann".into(), probe.clone()).await.unwrap(),
-        "v1:ann"
-    );
     assert_eq!(probe.calls(), 1);
     assert!(probe.keys()[0].starts_with("notify-"));
+    // The key is the name's and the fields', as a tool `notify` taking a
+    // `String` would derive it.
+    static RENAMED: idem::ToolDescriptor =
+        idem::ToolDescriptor::new("notify", idem::Class::Provider);
+    let renamed = idem::__private::key(&ctx, &RENAMED)
+        .field(&"ann".to_string())
+        .finish();
+    assert_eq!(probe.keys()[0], renamed.as_str());
 }
 
 /// Generic over the key type and the result.
@@ -625,7 +629,7 @@ async fn read_only_tools_retry_without_a_key_or_journal() {
     // Not journaled: runs again.
     lookup(&ctx, "abc".into(), probe.clone()).await.unwrap();
     assert_eq!(probe.calls(), 4);
-    assert!(rt.audit(0).all(|e| e.unwrap().key.is_none()));
+    assert!(rt.audit(0).await.unwrap().iter().all(|e| e.key.is_none()));
     // Semantic failures are returned at once.
     let probe = Probe::scripted(&[Fail::Declined("no such sku".into())]);
     let err = lookup(&ctx, "zzz".into(), probe.clone()).await.unwrap_err();
@@ -743,7 +747,7 @@ fn descriptors_are_registered_with_their_settings() {
     );
     assert_eq!(find("lookup").class, Class::ReadOnly);
     assert!(find("lookup").key_fields.is_empty());
-    assert_eq!(idem::tools().filter(|t| t.name == "notify").count(), 2);
+    assert_eq!(idem::tools().filter(|t| t.name == "notify").count(), 1);
 }
 
 #[tool(

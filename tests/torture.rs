@@ -190,7 +190,12 @@ fn audit_events_of_killed_processes_survive_restarts() {
         .map(|l| l.parse().unwrap())
         .collect();
     let rt = Runtime::open(&journal).unwrap();
-    let events: Vec<_> = rt.audit(0).map(Result::unwrap).collect();
+    let events: Vec<_> = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(rt.audit(0))
+        .unwrap();
     let audited: std::collections::BTreeSet<&str> = events
         .iter()
         .filter(|e| matches!(e.kind, EventKind::Committed { .. }))

@@ -70,7 +70,7 @@ async fn worker() -> i32 {
             return FAILED;
         }
     };
-    let earlier = rt.audit(0).count();
+    let earlier = rt.audit(0).await.map_or(0, |e| e.len());
     if earlier == 0 {
         eprintln!("opened a new journal");
     } else {
@@ -222,6 +222,13 @@ pub fn phrase(kind: &EventKind) -> String {
         EventKind::ArgsDrift { .. } => "arguments drifted from the first call".into(),
         EventKind::Escalated { .. } => "ESCALATED to a human".into(),
         EventKind::Resolved { resolution, .. } => format!("resolved by an operator: {resolution}"),
+        EventKind::Amended { resolution, .. } => {
+            format!("an operator amended the resolution: {resolution}")
+        }
+        EventKind::Fenced { .. } => "a stale worker's write was refused (another took over)".into(),
+        EventKind::Settling { wait_ms } => {
+            format!("waits {wait_ms} ms for the provider to settle before verify")
+        }
         EventKind::Refused { reason } => format!("refused: {reason}"),
         EventKind::StepRecorded => "step recorded".into(),
         EventKind::StepReplayed => "step replayed".into(),
@@ -444,7 +451,7 @@ async fn story(
     out.section("4. An operator settles the escalation (Runtime::escalations / resolve)");
     {
         let rt = Runtime::open(&journal)?;
-        let escalations = rt.escalations()?;
+        let escalations = rt.escalations().await?;
         out.line(format!("  rt.escalations(): {} open", escalations.len()));
         for esc in &escalations {
             out.line(format!("    tool        {} ({})", esc.tool, esc.class));
@@ -488,12 +495,12 @@ async fn story(
                     Resolution::Abandon => "Resolution::Abandon",
                 }
             ));
-            rt.resolve(&esc.key, resolution, &note)?;
+            rt.resolve(&esc.key, resolution, &note).await?;
             report.resolved += 1;
         }
         out.line(format!(
             "  rt.escalations() now: {} open",
-            rt.escalations()?.len()
+            rt.escalations().await?.len()
         ));
         // Dropping the runtime releases the journal for the next worker.
     }
@@ -552,7 +559,7 @@ async fn story(
 
     out.section("7. The audit stream: every decision, durable (rt.audit(0))");
     let rt = Runtime::open(&journal)?;
-    let events: Vec<AuditEvent> = rt.audit(0).collect::<Result<_, _>>()?;
+    let events: Vec<AuditEvent> = rt.audit(0).await?;
     report.audit_events = events.len();
     out.line("  (one stream across every worker process: sequence numbers keep increasing)");
     out.line(format!("  {:>8}  {:<13} {:<9} event", "seq", "tool", "by"));
@@ -571,7 +578,7 @@ async fn story(
     }
     let jsonl = dir.join("audit.jsonl");
     let mut file = std::fs::File::create(&jsonl)?;
-    let exported = rt.export_audit(0, &mut file)?;
+    let exported = rt.export_audit(0, &mut file).await?;
     out.line(format!(
         "  rt.export_audit(0, ..) wrote {exported} JSON lines to {}; the first:",
         jsonl.display()
@@ -581,7 +588,7 @@ async fn story(
     }
 
     out.section("8. Per-tool counts (rt.stats())");
-    report.stats = rt.stats()?;
+    report.stats = rt.stats().await?;
     out.line(format!(
         "  {:<13} {:>5} {:>8} {:>7} {:>7} {:>8} {:>7} {:>6} {:>7} {:>9}",
         "tool",

@@ -398,7 +398,11 @@ async fn worker() -> i32 {
         }
     };
     // What the durable audit stream holds at this point, for post-mortems.
-    let seqs: Vec<u64> = rt.audit(0).filter_map(|e| e.ok().map(|e| e.seq)).collect();
+    let seqs: Vec<u64> = rt
+        .audit(0)
+        .await
+        .map(|events| events.iter().map(|e| e.seq).collect())
+        .unwrap_or_default();
     status_line(
         &status,
         &format!(
@@ -883,6 +887,7 @@ impl<'c> Round<'c> {
             Runtime::open(journal).map_err(|e| format!("operator cannot open the journal: {e}"))?;
         let open = rt
             .escalations()
+            .await
             .map_err(|e| format!("escalations(): {e}"))?;
         if open.is_empty() {
             return Err("a worker parked an order but escalations() is empty".into());
@@ -895,6 +900,7 @@ impl<'c> Round<'c> {
                 _ => summary.resolved_reissue += 1,
             }
             rt.resolve(&esc.key, resolution, &note)
+                .await
                 .map_err(|e| format!("resolve {}: {e}", esc.key))?;
         }
         Ok(())
@@ -949,7 +955,7 @@ impl<'c> Round<'c> {
 
         // 2. The journal: reopens, nothing parked, one commit per operation.
         let rt = Runtime::open(journal).map_err(|e| format!("the journal did not reopen: {e}"))?;
-        match rt.escalations() {
+        match rt.escalations().await {
             Ok(open) if open.is_empty() => {}
             Ok(open) => problems.push(format!(
                 "{} escalations left open: {:?}",
@@ -960,14 +966,14 @@ impl<'c> Round<'c> {
         }
         let mut commits: BTreeMap<(String, String), u32> = BTreeMap::new();
         let (mut escalated, mut resolved) = (0u64, 0u64);
-        for event in rt.audit(0) {
-            let event = match event {
-                Ok(e) => e,
-                Err(e) => {
-                    problems.push(format!("unreadable audit event: {e}"));
-                    continue;
-                }
-            };
+        let events = match rt.audit(0).await {
+            Ok(events) => events,
+            Err(e) => {
+                problems.push(format!("unreadable audit stream: {e}"));
+                Vec::new()
+            }
+        };
+        for event in events {
             match &event.kind {
                 EventKind::Committed { .. } => {
                     *commits
@@ -1002,7 +1008,7 @@ impl<'c> Round<'c> {
                 "{escalated} escalations in the audit stream but {resolved} resolutions"
             ));
         }
-        match rt.stats() {
+        match rt.stats().await {
             Ok(stats) => {
                 for s in stats.tools.values() {
                     summary.recoveries += s.recoveries;

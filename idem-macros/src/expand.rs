@@ -57,7 +57,12 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
         wrap_error(ty, krate);
     }
 
-    let descriptor = descriptor(tool, &p, &sig.ident);
+    // A static cannot name the function's generic parameters: the result
+    // check goes into the descriptor only when the result type names none
+    // (nor `Self` or `impl`, which a method's impl may make generic); the
+    // call passes it along either way, for the runtime to remember.
+    let static_check = sig.generics.type_params().next().is_none() && !names_self_or_impl(ok);
+    let descriptor = descriptor(tool, &p, &sig.ident, ok, static_check);
 
     // Ahead of the engine's own bounds, so that the first error about `E`
     // or `T` lands on the user's type. (rustc repeats an unmet bound of the
@@ -156,8 +161,20 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
             Verify::Path(path) => verify_closure(path, shape.method, &p, ok, err),
             Verify::Absent | Verify::Disabled => quote!(#p::no_verify::<#ok, #err>()),
         };
+        // The error's `Display` for operators when it has one, and sharing
+        // the leader's error with concurrent duplicates when it can be
+        // cloned: picked by method resolution on what `E` implements.
+        let hooks = quote! {{
+            #[allow(unused_imports)]
+            use #p::{DescribeDebug as _, DescribeDisplay as _, DescribeName as _, ShareClone as _, ShareNone as _};
+            #p::hooks::<#err>(
+                (&&&#p::Probe::<#err>::new()).describe(),
+                (&&#p::Probe::<#err>::new()).sharing(),
+                #p::landed::<#ok>,
+            )
+        }};
         quote! {
-            #p::call(__idem_root, &__IDEM_TOOL, __idem_key, __idem_args, __idem_attempt, #verify).await
+            #p::call_with(__idem_root, &__IDEM_TOOL, __idem_key, __idem_args, __idem_attempt, #verify, #hooks).await
         }
     } else {
         quote!(#p::call_read_only(__idem_root, &__IDEM_TOOL, __idem_attempt).await)
@@ -194,7 +211,25 @@ fn wrap_error(ty: &mut Type, krate: &syn::Path) {
 
 /// The static descriptor and its registration, both inside the function
 /// body so that no name can collide with the user's items.
-fn descriptor(tool: &Tool, p: &TokenStream, fn_ident: &Ident) -> TokenStream {
+/// Whether a type mentions `Self` or an `impl Trait`.
+fn names_self_or_impl(ty: &Type) -> bool {
+    fn walk(tokens: TokenStream) -> bool {
+        tokens.into_iter().any(|t| match t {
+            TokenTree::Ident(i) => i == "Self" || i == "impl",
+            TokenTree::Group(g) => walk(g.stream()),
+            _ => false,
+        })
+    }
+    walk(ty.to_token_stream())
+}
+
+fn descriptor(
+    tool: &Tool,
+    p: &TokenStream,
+    fn_ident: &Ident,
+    ok: &Type,
+    static_check: bool,
+) -> TokenStream {
     let name = &tool.name;
     let class = match tool.class {
         Class::ReadOnly => quote!(ReadOnly),
@@ -234,6 +269,11 @@ fn descriptor(tool: &Tool, p: &TokenStream, fn_ident: &Ident) -> TokenStream {
         Verify::Disabled => quote!(::core::option::Option::Some("none")),
         Verify::Absent => quote!(::core::option::Option::None),
     };
+    let check_landed = if tool.class == Class::ReadOnly || !static_check {
+        quote!(::core::option::Option::None)
+    } else {
+        quote!(::core::option::Option::Some(#p::landed::<#ok>))
+    };
     // Located on the function's name, so `line!()` reports its line rather
     // than the attribute's.
     // (`line!()` follows its tokens' expansion context up to the first
@@ -257,6 +297,7 @@ fn descriptor(tool: &Tool, p: &TokenStream, fn_ident: &Ident) -> TokenStream {
             on_drift: #p::OnDrift::#on_drift,
             redact: &[#(#redact),*],
             verify: #verify,
+            check_landed: #check_landed,
             module_path: ::core::module_path!(),
             file: #here,
         };

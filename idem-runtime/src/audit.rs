@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 
 use crate::class::OnDrift;
 use crate::error::Error;
-use crate::journal::{Journal, Space};
+use crate::journal::{Durability, Journal, NewEvent};
 use crate::key::IdemKey;
 use crate::record::{self, Kind};
 
@@ -109,6 +109,31 @@ pub enum EventKind {
         /// Why.
         reason: String,
     },
+    /// An operator changed an earlier resolution of this operation.
+    Amended {
+        /// The resolution it replaced: `landed`, `reissue` or `abandon`.
+        previous: String,
+        /// The new one.
+        resolution: String,
+        /// The operator's note.
+        note: String,
+    },
+    /// A write of a call that lost its claim (another worker took the
+    /// operation over, e.g. after this one was paused past its lease) was
+    /// refused; the call re-decided from the fresh record.
+    Fenced {
+        /// The attempt the stale call was in.
+        attempt: u32,
+        /// What the stale call had learned: `landed`, `failed` or `none`.
+        outcome: String,
+    },
+    /// A call waits before asking `verify` about an attempt nobody drives
+    /// any more, so that a request the provider may still be applying has
+    /// settled.
+    Settling {
+        /// How long it waits.
+        wait_ms: u64,
+    },
     /// An operator settled an escalation.
     Resolved {
         /// `landed`, `reissue` or `abandon`.
@@ -198,7 +223,11 @@ impl Stats {
                 t.calls += 1;
                 t.dedupe_hits += 1;
             }
-            EventKind::Failed { .. } | EventKind::Resolved { .. } => {}
+            EventKind::Failed { .. }
+            | EventKind::Resolved { .. }
+            | EventKind::Amended { .. }
+            | EventKind::Fenced { .. }
+            | EventKind::Settling { .. } => {}
         }
     }
 }
@@ -297,10 +326,20 @@ impl AuditLog {
         }
     }
 
-    /// Appends an event (durable at the journal's next sync), publishes it
-    /// to subscribers and to `tracing`.
-    pub(crate) fn emit(&self, journal: &dyn Journal, draft: Draft<'_>) -> Result<u64, Error> {
-        let seq = journal.append(Space::Audit, &Self::encode(&draft)?)?;
+    /// Appends an event that records no state change, publishes it to
+    /// subscribers and to `tracing`.
+    pub(crate) async fn emit(
+        &self,
+        journal: &dyn Journal,
+        draft: Draft<'_>,
+        durability: Durability,
+    ) -> Result<u64, Error> {
+        let bytes = Self::encode(&draft)?;
+        let event = NewEvent {
+            key: draft.key.map(IdemKey::digest),
+            bytes: &bytes,
+        };
+        let seq = journal.append(&[event], durability).await?[0];
         self.publish(seq, draft);
         Ok(seq)
     }
@@ -359,40 +398,64 @@ impl AuditLog {
         }
     }
 
-    pub(crate) fn read(
-        journal: &dyn Journal,
-        from: u64,
-    ) -> impl Iterator<Item = Result<AuditEvent, Error>> + '_ {
-        journal
-            .scan(Space::Audit, &from.to_be_bytes())
-            .map(move |item| {
-                let (k, v) = item?;
-                let stored: StoredOwned = record::decode(Kind::Event, &v, journal.location(), &k)?;
-                let seq: [u8; 8] = k.as_slice().try_into().map_err(|_| Error::Corrupt {
-                    what: "audit event",
-                    location: journal.location().to_string(),
-                    key: crate::key::hex(&k),
-                    detail: "sequence key is not 8 bytes".into(),
-                })?;
-                Ok(AuditEvent {
-                    seq: u64::from_be_bytes(seq),
-                    at_ms: stored.at_ms,
-                    key: stored.key.map(|(digest, gen)| {
-                        IdemKey::from_parts(&stored.tool, digest, gen).to_string()
-                    }),
-                    agent: stored.agent.unwrap_or_else(|| stored.root_run.clone()),
-                    tool: stored.tool,
-                    root_run: stored.root_run,
-                    kind: stored.kind,
-                })
-            })
+    /// Decodes a stored event.
+    pub(crate) fn decode(location: &str, seq: u64, bytes: &[u8]) -> Result<AuditEvent, Error> {
+        let stored: StoredOwned = record::decode(Kind::Event, bytes, location, &seq.to_be_bytes())?;
+        Ok(AuditEvent {
+            seq,
+            at_ms: stored.at_ms,
+            key: stored
+                .key
+                .map(|(digest, gen)| IdemKey::from_parts(&stored.tool, digest, gen).to_string()),
+            agent: stored.agent.unwrap_or_else(|| stored.root_run.clone()),
+            tool: stored.tool,
+            root_run: stored.root_run,
+            kind: stored.kind,
+        })
     }
 
-    pub(crate) fn stats(&self, journal: &dyn Journal) -> Result<Stats, Error> {
-        let mut stats = Stats::default();
-        for event in Self::read(journal, 0) {
-            stats.record(&event?);
+    /// Up to `limit` durable events from `from`.
+    pub(crate) async fn read(
+        journal: &dyn Journal,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<AuditEvent>, Error> {
+        journal
+            .events(from, limit)
+            .await?
+            .into_iter()
+            .map(|(seq, bytes)| Self::decode(journal.location(), seq, &bytes))
+            .collect()
+    }
+
+    /// Every durable event from `from`, a page at a time into `each`.
+    pub(crate) async fn for_each(
+        journal: &dyn Journal,
+        from: u64,
+        mut each: impl FnMut(AuditEvent) -> Result<(), Error>,
+    ) -> Result<u64, Error> {
+        let mut from = from;
+        let mut n = 0;
+        loop {
+            let page = Self::read(journal, from, 4096).await?;
+            let Some(last) = page.last().map(|e| e.seq) else {
+                return Ok(n);
+            };
+            for e in page {
+                each(e)?;
+                n += 1;
+            }
+            from = last + 1;
         }
+    }
+
+    pub(crate) async fn stats(&self, journal: &dyn Journal) -> Result<Stats, Error> {
+        let mut stats = Stats::default();
+        Self::for_each(journal, 0, |e| {
+            stats.record(&e);
+            Ok(())
+        })
+        .await?;
         for (tool, n) in self
             .read_only
             .lock()
@@ -404,17 +467,16 @@ impl AuditLog {
         Ok(stats)
     }
 
-    pub(crate) fn export_jsonl(
+    pub(crate) async fn export_jsonl(
         journal: &dyn Journal,
         from: u64,
-        out: &mut dyn Write,
+        out: &mut (dyn Write + Send),
     ) -> Result<u64, Error> {
-        let mut n = 0;
-        for event in Self::read(journal, from) {
-            writeln!(out, "{}", event?.to_json_line())
-                .map_err(|e| Error::storage("export audit", journal.location(), e))?;
-            n += 1;
-        }
-        Ok(n)
+        let location = journal.location().to_string();
+        Self::for_each(journal, from, |e| {
+            writeln!(out, "{}", e.to_json_line())
+                .map_err(|e| Error::storage("export audit", &location, e))
+        })
+        .await
     }
 }

@@ -65,6 +65,10 @@ pub enum OnDrift {
     Reject,
 }
 
+/// Checks an operator's `Landed` result (JSON) against a tool's result type
+/// and encodes it as the journal stores results.
+pub type LandedCheck = fn(&serde_json::Value) -> Result<Vec<u8>, String>;
+
 /// Everything idem knows about one tool, fixed at compile time by
 /// `#[tool]`. Every tool in a binary is listed by [`tools`].
 #[derive(Debug)]
@@ -87,6 +91,10 @@ pub struct ToolDescriptor {
     pub redact: &'static [&'static str],
     /// The `verify` function's path as written, if any.
     pub verify: Option<&'static str>,
+    /// Checks an operator's `Landed` result against the tool's result type
+    /// and encodes it as the journal stores results; `None` for read-only
+    /// tools (and hand-built descriptors that do not set it).
+    pub check_landed: Option<LandedCheck>,
     /// Where the tool is defined.
     pub module_path: &'static str,
     /// Source file of the definition.
@@ -112,6 +120,7 @@ impl ToolDescriptor {
             on_drift: OnDrift::Replay,
             redact: &[],
             verify: None,
+            check_landed: None,
             module_path: "",
             file: "",
             line: 0,
@@ -127,4 +136,28 @@ inventory::collect!(RegisteredTool);
 /// Every tool compiled into this binary, in no particular order.
 pub fn tools() -> impl Iterator<Item = &'static ToolDescriptor> {
     inventory::iter::<RegisteredTool>.into_iter().map(|r| r.0)
+}
+
+/// Refuses two tools of one name in this binary: they would share keys, and
+/// one would replay the other's results.
+pub(crate) fn check_unique_names() -> Result<(), crate::Error> {
+    let mut seen: std::collections::HashMap<&'static str, &'static ToolDescriptor> =
+        std::collections::HashMap::new();
+    let site = |t: &ToolDescriptor| format!("{} ({}:{})", t.module_path, t.file, t.line);
+    for t in tools() {
+        if let Some(first) = seen.insert(t.name, t) {
+            if !std::ptr::eq(first, t) {
+                let (mut a, mut b) = (site(first), site(t));
+                if b < a {
+                    std::mem::swap(&mut a, &mut b);
+                }
+                return Err(crate::Error::DuplicateTool {
+                    name: t.name.to_string(),
+                    first: a,
+                    second: b,
+                });
+            }
+        }
+    }
+    Ok(())
 }

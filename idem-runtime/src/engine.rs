@@ -1,16 +1,20 @@
 //! The engine: the state machine of one journaled call, in one place.
 //!
-//! A call looks its key up, then (DESIGN.md §5):
+//! The decision tables are public documentation (see the `behaviour`
+//! section of the crate docs); this module implements them. A call first
+//! becomes its key's leader in this process ([`Local`]) or waits for the
+//! leader; the leader loads the record and decides:
 //!
 //! | record found | provider | journal | at_most_once |
 //! |---|---|---|---|
-//! | none | INTENT, run | INTENT, run | INTENT, run |
+//! | none | INTENT (claimed), run | same | same |
 //! | `Committed` | replay | replay | replay |
-//! | `Intent`, our call in flight | wait for it | wait | wait |
-//! | `Intent`, owner dead | re-run, same key, inside window and budget; else escalate | `verify` first | escalate |
-//! | `Waiting` (between retries) | resume; if an earlier attempt may have landed, as owner dead | same | same |
-//! | `Rejected` | run under the next generation | same | same |
-//! | `Failed`, `Reissue` | run with a fresh budget | same | same |
+//! | `Intent`/`Waiting`, claimed by a live driver elsewhere | wait for it | same | same |
+//! | `Intent`, its driver dead (crash, dropped call, expired lease) | take over; re-run, same key, inside window and budget; else escalate | take over; `verify` first | take over; escalate |
+//! | `Waiting` (between retries), driver dead | take over, resume; if an earlier attempt may have landed, as `Intent` | same | same |
+//! | `Rejected` | found first: run under the next generation; found after waiting for a concurrent call: that call's refusal | same | same |
+//! | `Failed` | found first: run with a fresh budget; after waiting: that call's failure | same | same |
+//! | `Reissue` | run with a fresh budget, same key | same | same |
 //! | `Escalated` | `Escalated`, no call | same | same |
 //! | `Abandoned` | `Abandoned`, no call | same | same |
 //!
@@ -20,18 +24,28 @@
 //! |---|---|---|---|
 //! | NotSent | back off, retry | back off, retry | back off, retry |
 //! | Ambiguous | back off, retry, same key | back off, `verify`, then retry only if not landed | escalate |
-//! | Semantic | REJECTED, return it | same | same |
+//! | Semantic | REJECTED, return it; but if an earlier attempt may have landed, escalate | same, but `verify` first | same as provider |
 //! | budget spent | an unresolved ambiguity escalates; else FAILED, return it | same | — |
 //!
 //! Read-only tools skip all of it: no key, no journal, plain retries.
 //!
+//! Ownership: every write is conditional on the version last seen, and the
+//! first write of a drive *takes* the claim (a new epoch). So of two
+//! drivers that both found a dead claim, one wins and the other re-decides
+//! from the winner's record; a driver whose claim was taken over (a worker
+//! paused past its lease) has every later write refused, and re-decides
+//! too: it never returns a wrong answer, and the provider never sees more
+//! than the class allows.
+//!
 //! Durability: the INTENT of every attempt (with its attempt count) is
-//! synced before the provider is called, and every terminal state is synced
-//! before the caller sees it. Two writes are deliberately *not* synced:
-//! moving to `Waiting` after a failure (if it is lost in a crash, the
-//! durable `Intent` is the more cautious truth) and audit events that carry
-//! no decision (dedupe hits, retries, drift); they ride the next sync or
-//! sled's background flush.
+//! durable before the provider is called, and every terminal state before
+//! the caller sees it ([`Durability::Immediate`]). Writes that decide
+//! nothing a crash could contradict are [`Durability::Eventual`]: moving to
+//! `Waiting` after a failure (if it is lost, the durable `Intent` is the
+//! more cautious truth), taking over a dead claim (the next INTENT is
+//! immediate), and audit events that record no decision (dedupe hits,
+//! retries, verify verdicts, drift): they become durable within the
+//! journal's bound.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -42,13 +56,80 @@ use serde::Serialize;
 
 use crate::audit::{AuditLog, Draft, EventKind};
 use crate::class::{Class, OnDrift, ToolDescriptor};
+use crate::codec;
 use crate::ctx::Ctx;
 use crate::error::{Error, ToolError};
 use crate::failure::{Classify, Failure, Verdict};
-use crate::journal::{Cas, Space};
+use crate::journal::{
+    Claim, ClaimChange, Durability, Entry, Expect, Held, Journal, Local, NewEvent, Slot, Space,
+    Write, Written,
+};
 use crate::key::{hex, Args, IdemKey, KeyBuilder};
-use crate::record::{self, EscalationInfo, Kind, OpRecord, State, StepRecord, Via};
-use crate::runtime::{Entry, Shared};
+use crate::record::{
+    self, Blob, EscalationInfo, Kind, OpRecord, State, StepRecord, StepState, Via,
+};
+use crate::runtime::Shared;
+
+/// The largest arguments (canonical JSON) a call may record. Checked before
+/// the INTENT: a call over it fails without calling the provider.
+pub const MAX_ARGS_BYTES: usize = 16 << 20;
+
+/// How the engine treats a tool's error type beyond [`Classify`]: how to
+/// show it to people, and whether concurrent duplicates of a call can be
+/// handed the leader's error. `#[tool]` fills these in from what the type
+/// implements.
+pub struct ErrorHooks<E> {
+    /// The error as operators and models read it (its `Display` when it
+    /// has one).
+    pub describe: fn(&E) -> String,
+    /// Packs a copy of the error for the calls that waited on this one.
+    pub share: Option<fn(&E) -> crate::journal::LeaderOutcome>,
+    /// Unpacks what a leader shared.
+    pub unshare: Option<fn(&crate::journal::LeaderOutcome) -> Option<E>>,
+    /// The tool's result check for an operator's `Landed` (see
+    /// `ToolDescriptor::check_landed`), for tools whose descriptor cannot
+    /// carry it (generic results): the runtime remembers it once called.
+    pub check_landed: Option<crate::class::LandedCheck>,
+}
+
+impl<E: Debug> ErrorHooks<E> {
+    /// `Debug` for text, nothing shared.
+    pub fn debug() -> Self {
+        ErrorHooks {
+            describe: |e| format!("{e:?}"),
+            share: None,
+            unshare: None,
+            check_landed: None,
+        }
+    }
+}
+
+impl<E: Debug> Default for ErrorHooks<E> {
+    fn default() -> Self {
+        Self::debug()
+    }
+}
+
+impl<E: std::fmt::Display + Debug> ErrorHooks<E> {
+    /// `Display` for text, nothing shared.
+    pub fn display() -> Self {
+        ErrorHooks {
+            describe: |e| e.to_string(),
+            share: None,
+            unshare: None,
+            check_landed: None,
+        }
+    }
+}
+
+impl<E: Clone + Send + Sync + 'static> ErrorHooks<E> {
+    /// Also hands waiters a clone of the leader's error.
+    pub fn sharing(mut self) -> Self {
+        self.share = Some(|e| std::sync::Arc::new(e.clone()));
+        self.unshare = Some(|s| s.downcast_ref::<E>().cloned());
+        self
+    }
+}
 
 /// Runs a journaled tool call (provider, journal or at_most_once class).
 ///
@@ -71,34 +152,112 @@ where
     V: FnMut(Ctx) -> VFut,
     VFut: Future<Output = Result<Verdict<T>, E>>,
 {
+    call_with(ctx, tool, key, args, attempt, verify, ErrorHooks::debug()).await
+}
+
+/// [`call`], with the error hooks `#[tool]` derives for `E`.
+pub async fn call_with<T, E, F, Fut, V, VFut>(
+    ctx: &Ctx,
+    tool: &'static ToolDescriptor,
+    key: IdemKey,
+    args: Args,
+    attempt: F,
+    verify: Option<V>,
+    hooks: ErrorHooks<E>,
+) -> Result<T, ToolError<E>>
+where
+    T: Serialize + DeserializeOwned,
+    E: Classify + Debug,
+    F: FnMut(Ctx) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    V: FnMut(Ctx) -> VFut,
+    VFut: Future<Output = Result<Verdict<T>, E>>,
+{
     if !tool.class.is_journaled() {
         return call_read_only(ctx, tool, attempt).await;
     }
-    let mut body = Fns { attempt, verify };
     let called = Called::from(&args);
+    if called.json.len() > MAX_ARGS_BYTES {
+        return Err(ToolError::Journal(Error::TooLarge {
+            what: "the call's recorded arguments",
+            size: called.json.len() as u64,
+            limit: MAX_ARGS_BYTES as u64,
+        }));
+    }
+    let mut body = Fns { attempt, verify };
     let shared = ctx.shared();
+    shared.saw(tool, hooks.check_landed);
+    let local: &Local = shared.journal.local();
     let digest = *key.digest();
+    let deadline = tokio::time::Instant::now() + shared.in_flight_wait;
+    let mut waited = false;
     loop {
-        let _slot = match shared.inflight.enter(&digest) {
+        let slot = match local.enter(&digest) {
             Entry::Leader(slot) => slot,
             Entry::Busy(mut rx) => {
-                // Wakes when the leader's slot is dropped: it finished, or
-                // its future was dropped mid-flight.
-                match tokio::time::timeout(shared.in_flight_wait, rx.changed()).await {
-                    Ok(_) => continue,
-                    Err(_) => {
-                        let op = Op::blank(ctx, tool, &key, &called);
-                        op.emit(EventKind::Refused {
-                            reason: "in flight in another call".into(),
-                        })?;
-                        return Err(ToolError::InFlight { key });
+                // Wakes when the leader's slot goes: it finished, or its
+                // future was dropped.
+                waited = true;
+                if tokio::time::timeout_at(deadline, rx.changed())
+                    .await
+                    .is_err()
+                {
+                    return refuse_in_flight(ctx, tool, &key, &called).await;
+                }
+                let left = rx.borrow().clone();
+                if let (Some(left), Some(unshare)) = (left, hooks.unshare) {
+                    if let Some(e) = unshare(&left) {
+                        return Err(ToolError::Tool(e));
                     }
                 }
+                continue;
             }
         };
-        let mut op = Op::load(ctx, tool, &key, &called)?;
-        return op.drive(&called, &mut body).await;
+        let mut op = Op::load(ctx, tool, &key, &called, &slot).await?;
+        match op.drive(&called, &mut body, &hooks, waited).await {
+            Ok(v) => return Ok(v),
+            Err(Halt::Tool(e)) => return Err(e),
+            Err(Halt::Conflict) => {
+                // The record changed under us (another driver took it): re-
+                // decide from what it is now, as a call that waited would.
+                waited = true;
+            }
+            Err(Halt::Elsewhere(version)) => {
+                drop(slot);
+                waited = true;
+                tracing::debug!(target: "idem::engine", key = %key, "waiting for a call driven by another worker");
+                let wait = shared.journal.changed(Space::Ops, &digest, version);
+                if tokio::time::timeout_at(deadline, wait).await.is_err() {
+                    return refuse_in_flight(ctx, tool, &key, &called).await;
+                }
+            }
+        }
     }
+}
+
+async fn refuse_in_flight<T, E>(
+    ctx: &Ctx,
+    tool: &'static ToolDescriptor,
+    key: &IdemKey,
+    _called: &Called,
+) -> Result<T, ToolError<E>> {
+    let shared = ctx.shared();
+    shared
+        .audit
+        .emit(
+            &*shared.journal,
+            draft(
+                ctx,
+                tool.name,
+                Some(key),
+                EventKind::Refused {
+                    reason: "in flight in another call".into(),
+                },
+            ),
+            Durability::Eventual,
+        )
+        .await?;
+    Err(ToolError::InFlight { key: key.clone() })
 }
 
 /// Runs a read-only tool call: no key, no journal; every failure but a
@@ -135,23 +294,30 @@ where
         let delay = tool
             .retry
             .delay(attempts, shared.jitter.unit(), failure.retry_after());
-        if !tool.retry.allows(attempts, started.elapsed() + delay) {
+        if !tool
+            .retry
+            .allows(attempts, started.elapsed().saturating_add(delay))
+        {
             return Err(err.map_or_else(|| timed_out(tool, attempts), ToolError::Tool));
         }
-        shared.audit.emit(
-            &*shared.journal,
-            draft(
-                ctx,
-                tool.name,
-                None,
-                EventKind::Retry {
-                    attempt: attempts,
-                    delay_ms: delay.as_millis() as u64,
-                    failure: failure.label().into(),
-                    error: text,
-                },
-            ),
-        )?;
+        shared
+            .audit
+            .emit(
+                &*shared.journal,
+                draft(
+                    ctx,
+                    tool.name,
+                    None,
+                    EventKind::Retry {
+                        attempt: attempts,
+                        delay_ms: delay.as_millis() as u64,
+                        failure: failure.label().into(),
+                        error: text,
+                    },
+                ),
+                Durability::Eventual,
+            )
+            .await?;
         tokio::time::sleep(delay).await;
     }
 }
@@ -245,30 +411,72 @@ struct Last<E> {
     text: String,
 }
 
-/// One operation being driven: its record as last written, and the bytes
-/// the journal holds for it (for compare-and-swap).
+/// Why a drive stopped without a result.
+enum Halt<E> {
+    /// The call's answer.
+    Tool(ToolError<E>),
+    /// A write was refused because the record changed: re-decide.
+    Conflict,
+    /// A live driver elsewhere holds the record (at this version): wait.
+    Elsewhere(u64),
+}
+
+impl<E> From<Error> for Halt<E> {
+    fn from(e: Error) -> Self {
+        Halt::Tool(ToolError::Journal(e))
+    }
+}
+
+impl<E> From<ToolError<E>> for Halt<E> {
+    fn from(e: ToolError<E>) -> Self {
+        Halt::Tool(e)
+    }
+}
+
+/// One operation being driven: its record as last written, and where the
+/// journal has it.
 struct Op<'a> {
     ctx: &'a Ctx,
     shared: &'a Shared,
     tool: &'static ToolDescriptor,
+    slot: &'a Slot<'a>,
     /// The key of the current generation.
     key: IdemKey,
     rec: OpRecord,
-    stored: Option<Vec<u8>>,
-    /// The bytes of a write that reported failure: it may have happened all
-    /// the same (an I/O error after the change), so undoing it must try them.
-    failed_write: Option<Vec<u8>>,
+    /// The version the journal holds (`None`: no record yet).
+    version: Option<u64>,
+    /// The claim as loaded.
+    claim: Option<Claim>,
+    /// Whether this drive holds the claim (took it, not yet released), and
+    /// under which epoch.
+    held: Option<u64>,
+    /// When the record was last written before this drive found it (the
+    /// dead driver's last sign of life).
+    found_ms: u64,
+    /// The bytes of the record before the last write, and of that write
+    /// (for [`Op::revert`]).
+    previous: Option<Vec<u8>>,
+    tried: Option<Vec<u8>>,
 }
 
 impl<'a> Op<'a> {
-    /// A fresh record for this call (not yet written).
-    fn blank(ctx: &'a Ctx, tool: &'static ToolDescriptor, key: &IdemKey, called: &Called) -> Self {
+    /// The operation as the journal has it, or a blank one. A record that
+    /// cannot be decoded is an error, never "absent"; a record of another
+    /// tool or class is an error, never a replay.
+    async fn load(
+        ctx: &'a Ctx,
+        tool: &'static ToolDescriptor,
+        key: &IdemKey,
+        called: &Called,
+        slot: &'a Slot<'a>,
+    ) -> Result<Op<'a>, Error> {
         let shared = ctx.shared();
         let now = shared.clock.now_ms();
-        Op {
+        let mut op = Op {
             ctx,
             shared,
             tool,
+            slot,
             key: key.clone(),
             rec: OpRecord {
                 tool: tool.name.to_string(),
@@ -276,67 +484,87 @@ impl<'a> Op<'a> {
                 root_run: ctx.root_run().to_string(),
                 scope: ctx.scope_path().map(str::to_string).collect(),
                 generation: 0,
-                state: State::Waiting,
+                state: State::Intent,
                 attempts: 0,
                 first_attempt_ms: now,
+                key_first_sent_ms: None,
                 updated_ms: now,
                 maybe_landed: false,
                 fingerprint: called.fingerprint,
-                // Filled in only when this record is the one written.
-                args: String::new(),
+                args: called.json.clone(),
                 last_error: None,
                 verify_answer: None,
-                owner: shared.incarnation,
                 escalation: None,
                 resolution: None,
             },
-            stored: None,
-            failed_write: None,
-        }
-    }
-
-    /// The operation as the journal has it, or a blank one. A record that
-    /// cannot be decoded is an error, never "absent".
-    fn load(
-        ctx: &'a Ctx,
-        tool: &'static ToolDescriptor,
-        key: &IdemKey,
-        called: &Called,
-    ) -> Result<Self, Error> {
-        let mut op = Op::blank(ctx, tool, key, called);
-        let journal = &*op.shared.journal;
-        match journal.get(Space::Ops, key.digest())? {
-            Some(bytes) => {
-                op.rec = record::decode(Kind::Op, &bytes, journal.location(), key.digest())?;
-                if op.rec.generation != key.generation() {
-                    op.key = key.with_generation(op.rec.generation);
-                }
-                op.stored = Some(bytes);
+            version: None,
+            claim: None,
+            held: None,
+            found_ms: now,
+            previous: None,
+            tried: None,
+        };
+        let journal = &*shared.journal;
+        if let Some(loaded) = journal.load(Space::Ops, key.digest()).await? {
+            let rec: OpRecord =
+                record::decode(Kind::Op, &loaded.body, journal.location(), key.digest())?;
+            if rec.tool != tool.name || rec.class != tool.class {
+                return Err(Error::ToolMismatch {
+                    key: key.to_string(),
+                    stored_tool: rec.tool,
+                    stored_class: rec.class,
+                    tool: tool.name.to_string(),
+                    class: tool.class,
+                });
             }
-            None => op.rec.args.clone_from(&called.json),
+            if rec.generation != key.generation() {
+                op.key = key.with_generation(rec.generation);
+            }
+            op.found_ms = rec.updated_ms;
+            op.rec = rec;
+            op.version = Some(loaded.version);
+            op.previous = Some(loaded.body);
+            op.claim = loaded.claim;
         }
         Ok(op)
     }
 
+    /// Whether the record's claim belongs to a driver that may be running
+    /// outside this process. Our own claims are never: we lead the key
+    /// here, so whoever took it in this process is gone (its call was
+    /// dropped); an earlier incarnation of our worker is gone too.
+    fn driven_elsewhere(&self) -> bool {
+        let me = &self.shared.owner;
+        self.claim.as_ref().is_some_and(|c| {
+            c.live && c.owner != *me && !me.is_other_incarnation_of_same_worker(&c.owner)
+        })
+    }
+
     /// The decision table for a call that found this record.
-    async fn drive<T, E, B>(&mut self, called: &Called, body: &mut B) -> Result<T, ToolError<E>>
+    async fn drive<T, E, B>(
+        &mut self,
+        called: &Called,
+        body: &mut B,
+        hooks: &ErrorHooks<E>,
+        waited: bool,
+    ) -> Result<T, Halt<E>>
     where
         T: Serialize + DeserializeOwned,
         E: Classify + Debug,
         B: Body<T, E>,
     {
-        if self.stored.is_none() {
-            return self.run(body).await;
+        if self.version.is_none() {
+            return self.run(body, hooks).await;
         }
         match &self.rec.state {
             State::Committed { result, .. } => {
-                self.check_drift(called)?;
-                let value = serde_json::from_str(result).map_err(|e| Error::Result {
+                self.check_drift(called).await?;
+                let value = codec::decode(&result.0).map_err(|detail| Error::Result {
                     key: self.key.to_string(),
                     op: "decoded",
-                    detail: e.to_string(),
+                    detail,
                 })?;
-                self.emit(EventKind::DedupeHit)?;
+                self.emit(EventKind::DedupeHit).await?;
                 Ok(value)
             }
             State::Escalated => {
@@ -347,58 +575,91 @@ impl<'a> Op<'a> {
                     .map_or_else(String::new, |e| e.reason.clone());
                 self.emit(EventKind::Refused {
                     reason: "escalated".into(),
-                })?;
-                Err(ToolError::Escalated {
+                })
+                .await?;
+                Err(Halt::Tool(ToolError::Escalated {
                     key: self.key.clone(),
                     reason,
-                })
+                }))
             }
             State::Abandoned => {
                 self.emit(EventKind::Refused {
                     reason: "abandoned".into(),
-                })?;
-                Err(ToolError::Abandoned {
-                    key: self.key.clone(),
                 })
+                .await?;
+                Err(Halt::Tool(ToolError::Abandoned {
+                    key: self.key.clone(),
+                }))
+            }
+            // A call that waited for a concurrent duplicate shares its
+            // decision: the same operation, decided once.
+            State::Rejected { error } if waited => {
+                let error = error.clone();
+                self.emit(EventKind::Refused {
+                    reason: "shares the refusal of the concurrent call it waited for".into(),
+                })
+                .await?;
+                Err(Halt::Tool(ToolError::Journal(Error::Rejected {
+                    key: self.key.to_string(),
+                    error,
+                })))
+            }
+            State::Failed { error } if waited => {
+                let error = error.clone();
+                self.emit(EventKind::Refused {
+                    reason: "shares the failure of the concurrent call it waited for".into(),
+                })
+                .await?;
+                Err(Halt::Tool(ToolError::Journal(Error::Failed {
+                    key: self.key.to_string(),
+                    attempts: self.rec.attempts,
+                    error,
+                })))
             }
             State::Rejected { .. } => {
                 // The provider said no; a new call is a new decision, under
                 // a key the provider has not cached a refusal for.
                 let generation = self.rec.generation + 1;
                 self.restart(called, generation);
-                self.run(body).await
+                self.run(body, hooks).await
             }
             State::Failed { .. } | State::Reissue => {
                 self.restart(called, self.rec.generation);
-                self.run(body).await
-            }
-            State::Waiting if !self.rec.maybe_landed => {
-                self.check_drift(called)?;
-                self.emit(EventKind::Recovered {
-                    state: "waiting".into(),
-                    attempts: self.rec.attempts,
-                })?;
-                self.run(body).await
+                self.run(body, hooks).await
             }
             State::Intent | State::Waiting => {
-                // Nobody in this process drives it (we hold its slot), so
-                // its owner died or dropped the call: the last attempt may
-                // have landed.
-                self.check_drift(called)?;
+                if self.driven_elsewhere() {
+                    return Err(Halt::Elsewhere(self.version.unwrap_or_default()));
+                }
+                self.check_drift(called).await?;
+                // Nobody drives it: its owner died, dropped the call, or was
+                // fenced off. Take it over before deciding anything, so that
+                // of two workers that found it so, one goes on.
                 let found = self.rec.state.name().to_string();
-                self.emit(EventKind::Recovered {
-                    state: found,
-                    attempts: self.rec.attempts,
-                })?;
-                self.rec.maybe_landed = true;
-                self.recover(body).await
+                let maybe = self.rec.state == State::Intent || self.rec.maybe_landed;
+                self.rec.maybe_landed = maybe;
+                let attempts = self.rec.attempts;
+                self.put(
+                    vec![EventKind::Recovered {
+                        state: found,
+                        attempts,
+                    }],
+                    Durability::Eventual,
+                    false,
+                )
+                .await?;
+                if maybe {
+                    self.recover(body, hooks).await
+                } else {
+                    self.run(body, hooks).await
+                }
             }
         }
     }
 
     /// An operation whose last attempt may have landed, found with nobody
-    /// driving it.
-    async fn recover<T, E, B>(&mut self, body: &mut B) -> Result<T, ToolError<E>>
+    /// driving it (and now claimed by this drive).
+    async fn recover<T, E, B>(&mut self, body: &mut B, hooks: &ErrorHooks<E>) -> Result<T, Halt<E>>
     where
         T: Serialize + DeserializeOwned,
         E: Classify + Debug,
@@ -408,12 +669,12 @@ impl<'a> Op<'a> {
             // The provider deduplicates on the same key: re-running is safe
             // while it still remembers the key; `run` checks the window and
             // the budget and escalates once either is spent.
-            Class::Provider | Class::ReadOnly => self.run(body).await,
-            Class::Journal => match self.settle_then_verify(body).await? {
+            Class::Provider | Class::ReadOnly => self.run(body, hooks).await,
+            Class::Journal => match self.settle_then_verify(body, hooks).await? {
                 Checked::Landed(v) => self.commit(v, Via::Verify, 0, false).await,
                 Checked::NotLanded => {
                     self.rec.maybe_landed = false;
-                    self.run(body).await
+                    self.run(body, hooks).await
                 }
                 Checked::Undecided(why) => Err(self
                     .escalate(format!(
@@ -432,7 +693,7 @@ impl<'a> Op<'a> {
     }
 
     /// Attempts until a result, a refusal, an escalation or a spent budget.
-    async fn run<T, E, B>(&mut self, body: &mut B) -> Result<T, ToolError<E>>
+    async fn run<T, E, B>(&mut self, body: &mut B, hooks: &ErrorHooks<E>) -> Result<T, Halt<E>>
     where
         T: Serialize + DeserializeOwned,
         E: Classify + Debug,
@@ -445,22 +706,33 @@ impl<'a> Op<'a> {
         loop {
             let now = self.shared.clock.now_ms();
             if let Some(why) = self.budget_spent(now, Duration::ZERO) {
-                return Err(self.out_of_budget(last, why).await);
+                return Err(self.out_of_budget(last, why, hooks).await);
             }
 
             // INTENT: on disk before the provider hears of it.
-            let before = self.stored.clone();
             let first = self.rec.attempts == 0;
             self.rec.attempts += 1;
             if first {
                 self.rec.first_attempt_ms = now;
             }
+            self.rec.key_first_sent_ms.get_or_insert(now);
             self.rec.state = State::Intent;
-            self.rec.owner = self.shared.incarnation;
-            self.rec.updated_ms = now;
-            if let Err(e) = self.persist_intent(first).await {
-                self.revert(before);
-                return Err(e.into());
+            let mut events = Vec::with_capacity(2);
+            if first {
+                events.push(EventKind::Intent {
+                    generation: self.rec.generation,
+                    fingerprint: hex(&self.rec.fingerprint),
+                });
+            }
+            events.push(EventKind::Attempt {
+                attempt: self.rec.attempts,
+            });
+            let before = (self.held, self.previous.take());
+            if let Err(halt) = self.put(events, Durability::Immediate, false).await {
+                if let Halt::Tool(ToolError::Journal(_)) = &halt {
+                    self.revert(before).await;
+                }
+                return Err(halt);
             }
 
             let n = self.rec.attempts;
@@ -473,7 +745,7 @@ impl<'a> Op<'a> {
                         .await;
                 }
                 Ok(Err(e)) => {
-                    let text = format!("{e:?}");
+                    let text = (hooks.describe)(&e);
                     (e.classify(), Some(e), text)
                 }
                 Err(elapsed) => (Failure::ambiguous(), None, elapsed),
@@ -481,14 +753,14 @@ impl<'a> Op<'a> {
             self.rec.last_error = Some(text.clone());
 
             match failure {
+                Failure::Semantic if self.rec.maybe_landed => {
+                    // A refusal now does not say an earlier attempt did not
+                    // land: settle that before anything licenses a new
+                    // decision under a fresh key.
+                    return self.refused_after_doubt(body, hooks, n, text, err).await;
+                }
                 Failure::Semantic => {
-                    self.rec.state = State::Rejected {
-                        error: text.clone(),
-                    };
-                    self.rec.maybe_landed = false;
-                    self.finish(vec![EventKind::Rejected { error: text }])
-                        .await?;
-                    return Err(err.map_or_else(|| timed_out(self.tool, n), ToolError::Tool));
+                    return Err(self.reject(text, err, hooks).await);
                 }
                 Failure::Ambiguous { .. } if self.tool.class == Class::AtMostOnce => {
                     return Err(self
@@ -510,21 +782,24 @@ impl<'a> Op<'a> {
                 .delay(n, self.shared.jitter.unit(), failure.retry_after());
             let spent = self.budget_spent(now, delay);
             let verifying = self.needs_verify(failure);
-            // Not synced: if this is lost in a crash, the durable INTENT is
-            // the more cautious truth.
             self.rec.state = State::Waiting;
-            if spent.is_none() {
-                self.write_with(vec![EventKind::Retry {
+            let events = if spent.is_none() {
+                vec![EventKind::Retry {
                     attempt: n,
                     delay_ms: delay.as_millis() as u64,
                     failure: failure.label().into(),
                     error: last.text.clone(),
-                }])?;
+                }]
             } else {
-                self.write()?;
-            }
+                Vec::new()
+            };
+            // Eventual: if this is lost in a crash, the durable INTENT is the
+            // more cautious truth.
+            self.put(events, Durability::Eventual, false).await?;
             if spent.is_some() && !verifying {
-                return Err(self.out_of_budget(last, spent.unwrap_or_default()).await);
+                return Err(self
+                    .out_of_budget(last, spent.unwrap_or_default(), hooks)
+                    .await);
             }
             // Before verifying too: give the provider time to settle what
             // it may still be applying. Without a verify function there is
@@ -534,13 +809,13 @@ impl<'a> Op<'a> {
             }
 
             if verifying {
-                match self.verify(body).await? {
+                match self.verify(body, hooks).await? {
                     Checked::Landed(v) => return self.commit(v, Via::Verify, 0, false).await,
                     Checked::NotLanded => {
                         self.rec.maybe_landed = false;
-                        self.write()?;
+                        self.put(Vec::new(), Durability::Eventual, false).await?;
                         if let Some(why) = spent {
-                            return Err(self.out_of_budget(last, why).await);
+                            return Err(self.out_of_budget(last, why, hooks).await);
                         }
                     }
                     Checked::Undecided(why) => {
@@ -556,6 +831,72 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// A semantic refusal after an attempt that may have landed.
+    async fn refused_after_doubt<T, E, B>(
+        &mut self,
+        body: &mut B,
+        hooks: &ErrorHooks<E>,
+        n: u32,
+        text: String,
+        err: Option<E>,
+    ) -> Result<T, Halt<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        E: Classify + Debug,
+        B: Body<T, E>,
+    {
+        if self.tool.class == Class::Journal {
+            match self.verify(body, hooks).await? {
+                Checked::Landed(v) => return self.commit(v, Via::Verify, 0, false).await,
+                Checked::NotLanded => {
+                    self.rec.maybe_landed = false;
+                    return Err(self.reject(text, err, hooks).await);
+                }
+                Checked::Undecided(why) => {
+                    return Err(self
+                        .escalate(format!(
+                            "attempt {n} was refused ({text}) after an earlier attempt that may \
+                             have landed, and verify could not tell: {why}"
+                        ))
+                        .await)
+                }
+            }
+        }
+        Err(self
+            .escalate(format!(
+                "attempt {n} was refused ({text}) after an earlier attempt that may have landed; \
+                 nothing can tell whether that one did"
+            ))
+            .await)
+    }
+
+    /// Records a semantic refusal and returns it.
+    async fn reject<E>(&mut self, text: String, err: Option<E>, hooks: &ErrorHooks<E>) -> Halt<E> {
+        self.rec.state = State::Rejected {
+            error: text.clone(),
+        };
+        self.rec.maybe_landed = false;
+        if let Err(h) = self
+            .put(
+                vec![EventKind::Rejected { error: text }],
+                Durability::Immediate,
+                true,
+            )
+            .await
+        {
+            return h;
+        }
+        Halt::Tool(match err {
+            Some(e) => {
+                if let Some(share) = hooks.share {
+                    self.slot.share(share(&e));
+                }
+                ToolError::Tool(e)
+            }
+            None => timed_out(self.tool, self.rec.attempts),
+        })
+    }
+
     fn needs_verify(&self, failure: Failure) -> bool {
         self.tool.class == Class::Journal && matches!(failure, Failure::Ambiguous { .. })
     }
@@ -567,7 +908,7 @@ impl<'a> Op<'a> {
         if attempts == 0 {
             return None;
         }
-        let elapsed = Duration::from_millis(now.saturating_sub(self.rec.first_attempt_ms)) + after;
+        let since = |t: u64| Duration::from_millis(now.saturating_sub(t)).saturating_add(after);
         if attempts >= policy.max_attempts {
             return Some(format!(
                 "{attempts} of {} attempts made",
@@ -575,26 +916,37 @@ impl<'a> Op<'a> {
             ));
         }
         if let Some(max) = policy.max_elapsed {
-            if elapsed > max {
+            if since(self.rec.first_attempt_ms) > max {
                 return Some(format!(
                     "max_elapsed {max:?} passed since the first attempt"
                 ));
             }
         }
-        // A key the provider no longer remembers deduplicates nothing.
+        // A key the provider no longer remembers deduplicates nothing. Its
+        // memory starts with the key's first use, reissues included.
+        let key_age = since(
+            self.rec
+                .key_first_sent_ms
+                .unwrap_or(self.rec.first_attempt_ms),
+        );
         if self.tool.class == Class::Provider
             && self.rec.maybe_landed
-            && elapsed >= self.tool.dedupe_window
+            && key_age >= self.tool.dedupe_window
         {
             return Some(format!(
-                "the provider's dedupe window ({:?}) has passed since the first attempt",
+                "the provider's dedupe window ({:?}) has passed since the key was first sent",
                 self.tool.dedupe_window
             ));
         }
         None
     }
 
-    async fn out_of_budget<E>(&mut self, last: Last<E>, why: String) -> ToolError<E> {
+    async fn out_of_budget<E>(
+        &mut self,
+        last: Last<E>,
+        why: String,
+        hooks: &ErrorHooks<E>,
+    ) -> Halt<E> {
         if self.rec.maybe_landed {
             let detail = if last.text.is_empty() {
                 self.rec.last_error.clone().unwrap_or_else(|| {
@@ -609,42 +961,47 @@ impl<'a> Op<'a> {
                 ))
                 .await;
         }
-        match last.err {
+        // Nothing landed: the operation failed. Its last error is the
+        // tool's own if this call made the attempt, else known as text.
+        let text = if last.text.is_empty() {
+            self.rec
+                .last_error
+                .clone()
+                .unwrap_or_else(|| format!("retry budget spent ({why})"))
+        } else {
+            last.text.clone()
+        };
+        self.rec.state = State::Failed {
+            error: text.clone(),
+        };
+        if let Err(h) = self
+            .put(
+                vec![EventKind::Failed {
+                    error: text.clone(),
+                }],
+                Durability::Immediate,
+                true,
+            )
+            .await
+        {
+            return h;
+        }
+        Halt::Tool(match last.err {
             Some(e) => {
-                self.rec.state = State::Failed {
-                    error: last.text.clone(),
-                };
-                if let Err(j) = self
-                    .finish(vec![EventKind::Failed { error: last.text }])
-                    .await
-                {
-                    return j.into();
+                if let Some(share) = hooks.share {
+                    self.slot.share(share(&e));
                 }
                 ToolError::Tool(e)
             }
-            // Nothing to hand back: the last attempt timed out (and verify
-            // said it did not land), or the budget ran out while no process
-            // drove the operation.
-            None if !last.text.is_empty() => {
-                self.rec.state = State::Failed {
-                    error: last.text.clone(),
-                };
-                if let Err(j) = self
-                    .finish(vec![EventKind::Failed { error: last.text }])
-                    .await
-                {
-                    return j.into();
-                }
-                timed_out(self.tool, self.rec.attempts)
-            }
-            None => {
-                self.escalate(format!(
-                    "retry budget spent ({why}) before the operation could complete; nothing is \
-                     known to have landed"
-                ))
-                .await
-            }
-        }
+            // The last attempt timed out (and verify said it did not land).
+            None if !last.text.is_empty() => timed_out(self.tool, self.rec.attempts),
+            // The attempts were made by an earlier process or call.
+            None => ToolError::Journal(Error::Failed {
+                key: self.key.to_string(),
+                attempts: self.rec.attempts,
+                error: text,
+            }),
+        })
     }
 
     /// `verify` for an attempt nobody is driving any more. Its request may
@@ -653,30 +1010,40 @@ impl<'a> Op<'a> {
     /// just before it lands. So wait until it would have counted as over in
     /// the call itself: its start, plus the per-attempt timeout, plus the
     /// backoff the call would have slept before verifying.
-    async fn settle_then_verify<T, E, B>(&mut self, body: &mut B) -> Result<Checked<T>, Error>
+    async fn settle_then_verify<T, E, B>(
+        &mut self,
+        body: &mut B,
+        hooks: &ErrorHooks<E>,
+    ) -> Result<Checked<T>, Halt<E>>
     where
         T: Serialize + DeserializeOwned,
         E: Classify + Debug,
         B: Body<T, E>,
     {
         if body.has_verify() {
-            let settle = self.tool.timeout.unwrap_or_default()
-                + self.tool.retry.base_delay(self.rec.attempts.max(1));
-            let ready_ms = self
-                .rec
-                .updated_ms
-                .saturating_add(settle.as_millis() as u64);
+            let settle = self
+                .tool
+                .timeout
+                .unwrap_or_default()
+                .saturating_add(self.tool.retry.base_delay(self.rec.attempts.max(1)));
+            let ready_ms = self.found_ms.saturating_add(settle.as_millis() as u64);
             let now = self.shared.clock.now_ms();
             if ready_ms > now {
-                tokio::time::sleep(Duration::from_millis(ready_ms - now)).await;
+                let wait_ms = ready_ms - now;
+                self.emit(EventKind::Settling { wait_ms }).await?;
+                tokio::time::sleep(Duration::from_millis(wait_ms)).await;
             }
         }
-        self.verify(body).await
+        self.verify(body, hooks).await
     }
 
     /// Asks `verify`, records its answer, and reduces it to what the engine
     /// acts on.
-    async fn verify<T, E, B>(&mut self, body: &mut B) -> Result<Checked<T>, Error>
+    async fn verify<T, E, B>(
+        &mut self,
+        body: &mut B,
+        hooks: &ErrorHooks<E>,
+    ) -> Result<Checked<T>, Halt<E>>
     where
         T: Serialize + DeserializeOwned,
         E: Classify + Debug,
@@ -684,38 +1051,39 @@ impl<'a> Op<'a> {
     {
         let call_ctx = self.ctx.for_call(Some(&self.key), self.rec.attempts);
         let Some(asked) = body.verify(call_ctx) else {
-            self.record_verdict("none".into())?;
+            self.record_verdict("none".into()).await?;
             return Ok(Checked::Undecided("the tool has verify = \"none\"".into()));
         };
         let checked = match run_attempt(self.tool, asked).await {
             Ok(Ok(Verdict::Landed(v))) => {
-                self.record_verdict("landed".into())?;
+                self.record_verdict("landed".into()).await?;
                 Checked::Landed(v)
             }
             Ok(Ok(Verdict::NotLanded)) => {
-                self.record_verdict("not_landed".into())?;
+                self.record_verdict("not_landed".into()).await?;
                 Checked::NotLanded
             }
             Ok(Ok(Verdict::Unknown)) => {
-                self.record_verdict("unknown".into())?;
+                self.record_verdict("unknown".into()).await?;
                 Checked::Undecided("verify answered unknown".into())
             }
             Ok(Err(e)) => {
-                let text = format!("verify failed: {e:?}");
-                self.record_verdict(format!("error: {e:?}"))?;
-                Checked::Undecided(text)
+                let text = (hooks.describe)(&e);
+                self.record_verdict(format!("error: {text}")).await?;
+                Checked::Undecided(format!("verify failed: {text}"))
             }
             Err(elapsed) => {
-                self.record_verdict(format!("error: {elapsed}"))?;
+                self.record_verdict(format!("error: {elapsed}")).await?;
                 Checked::Undecided(format!("verify {elapsed}"))
             }
         };
         Ok(checked)
     }
 
-    fn record_verdict(&mut self, verdict: String) -> Result<(), Error> {
+    async fn record_verdict<E>(&mut self, verdict: String) -> Result<(), Halt<E>> {
         self.rec.verify_answer = Some(verdict.clone());
-        self.emit(EventKind::Verified { verdict })
+        self.emit(EventKind::Verified { verdict }).await?;
+        Ok(())
     }
 
     /// Records the result durably, then hands it back.
@@ -725,66 +1093,99 @@ impl<'a> Op<'a> {
         via: Via,
         attempt: u32,
         provider_replay: bool,
-    ) -> Result<T, ToolError<E>>
+    ) -> Result<T, Halt<E>>
     where
         T: Serialize,
     {
-        let result = serde_json::to_string(&value).map_err(|e| Error::Result {
-            key: self.key.to_string(),
-            op: "encoded",
-            detail: e.to_string(),
-        })?;
-        self.rec.state = State::Committed { result, via };
+        let result = match codec::encode(&value) {
+            Ok(r) if r.len() + self.rec.args.len() < record::LARGE_LIMIT - (1 << 20) => r,
+            Ok(r) => {
+                return Err(self
+                    .escalate(format!(
+                        "the call succeeded, but its result ({} bytes) is larger than the journal \
+                         stores ({} bytes); it cannot be replayed, so a human must settle it",
+                        r.len(),
+                        record::LARGE_LIMIT
+                    ))
+                    .await)
+            }
+            Err(e) => {
+                return Err(self
+                    .escalate(format!(
+                        "the call succeeded, but its result could not be stored ({e}); it cannot \
+                         be replayed, so a human must settle it"
+                    ))
+                    .await)
+            }
+        };
+        self.rec.state = State::Committed {
+            result: Blob(result),
+            via,
+        };
         self.rec.maybe_landed = false;
         let mut events = Vec::with_capacity(2);
         if provider_replay {
             events.push(EventKind::ProviderReplay { attempt });
         }
-        let via = match via {
-            Via::Call => "call",
-            Via::Verify => "verify",
-            Via::Operator => "operator",
-        };
         events.push(EventKind::Committed {
             attempt,
-            via: via.into(),
+            via: via.label().into(),
         });
-        self.finish(events).await?;
-        Ok(value)
+        match self.put(events, Durability::Immediate, true).await {
+            Ok(()) => Ok(value),
+            Err(Halt::Conflict) => {
+                // We were fenced off after the effect landed: say so, and let
+                // the call re-decide from the record the new owner wrote.
+                self.fenced(attempt, "landed").await;
+                Err(Halt::Conflict)
+            }
+            Err(h) => Err(h),
+        }
+    }
+
+    /// Records that a write of this (stale) drive was refused.
+    async fn fenced(&self, attempt: u32, outcome: &str) {
+        let _ = self
+            .emit(EventKind::Fenced {
+                attempt,
+                outcome: outcome.into(),
+            })
+            .await;
     }
 
     /// Parks the operation for a human, with its evidence; durable before
     /// the caller hears of it.
-    async fn escalate<E>(&mut self, reason: String) -> ToolError<E> {
+    async fn escalate<E>(&mut self, reason: String) -> Halt<E> {
         let now = self.shared.clock.now_ms();
         self.rec.state = State::Escalated;
         self.rec.escalation = Some(EscalationInfo {
             reason: reason.clone(),
             at_ms: now,
         });
-        let index = self
-            .shared
-            .journal
-            .insert(Space::Escalations, self.key.digest(), &[]);
-        if let Err(e) = index {
-            return e.into();
-        }
         match self
-            .finish(vec![EventKind::Escalated {
-                reason: reason.clone(),
-            }])
+            .put(
+                vec![EventKind::Escalated {
+                    reason: reason.clone(),
+                }],
+                Durability::Immediate,
+                true,
+            )
             .await
         {
-            Ok(()) => ToolError::Escalated {
+            Ok(()) => Halt::Tool(ToolError::Escalated {
                 key: self.key.clone(),
                 reason,
-            },
-            Err(e) => e.into(),
+            }),
+            Err(h) => h,
         }
     }
 
-    /// Starts a new decision for this key: fresh budget and arguments.
+    /// Starts a new decision for this key: fresh budget and arguments. A
+    /// new generation also starts the key's dedupe window afresh.
     fn restart(&mut self, called: &Called, generation: u32) {
+        if generation != self.rec.generation {
+            self.rec.key_first_sent_ms = None;
+        }
         self.rec.generation = generation;
         self.rec.attempts = 0;
         self.rec.maybe_landed = false;
@@ -796,33 +1197,36 @@ impl<'a> Op<'a> {
         self.key = self.key.with_generation(generation);
     }
 
-    fn check_drift<E>(&self, called: &Called) -> Result<(), ToolError<E>> {
+    async fn check_drift<E>(&self, called: &Called) -> Result<(), Halt<E>> {
         if self.rec.fingerprint == called.fingerprint {
             return Ok(());
         }
         self.emit(EventKind::ArgsDrift {
             policy: self.tool.on_drift,
-        })?;
+        })
+        .await?;
         match self.tool.on_drift {
             OnDrift::Replay => Ok(()),
-            OnDrift::Reject => Err(ToolError::ArgsMismatch {
+            OnDrift::Reject => Err(Halt::Tool(ToolError::ArgsMismatch {
                 key: self.key.clone(),
-            }),
+            })),
         }
     }
 
-    /// Writes the record with compare-and-swap against what we last read or
-    /// wrote: a record changed behind our back stops the call.
-    fn write(&mut self) -> Result<(), Error> {
-        self.write_with(Vec::new())
-    }
-
-    /// [`Op::write`], with the audit events that record the change, as one
-    /// unit: a crash cannot keep the state and lose its event (the stream
-    /// would miss a commit) or keep the event and lose the state.
-    fn write_with(&mut self, events: Vec<EventKind>) -> Result<(), Error> {
+    /// Writes the record, with the audit events that record the change, as
+    /// one unit: a crash cannot keep the state and lose its event (the
+    /// stream would miss a commit) or keep the event and lose the state.
+    /// The first write of a drive takes the claim; `release` gives it up
+    /// (a terminal state). A refused condition is [`Halt::Conflict`].
+    async fn put<E>(
+        &mut self,
+        events: Vec<EventKind>,
+        durability: Durability,
+        release: bool,
+    ) -> Result<(), Halt<E>> {
         self.rec.updated_ms = self.shared.clock.now_ms();
         let bytes = record::encode(Kind::Op, &self.rec)?;
+        self.tried = Some(bytes.clone());
         let drafts: Vec<Draft<'_>> = events
             .into_iter()
             .map(|kind| draft(self.ctx, self.tool.name, Some(&self.key), kind))
@@ -831,80 +1235,109 @@ impl<'a> Op<'a> {
             .iter()
             .map(AuditLog::encode)
             .collect::<Result<Vec<_>, _>>()?;
-        let outcome = self.shared.journal.compare_and_swap_with_events(
-            Space::Ops,
-            self.key.digest(),
-            self.stored.as_deref(),
-            Some(&bytes),
-            &encoded,
-        );
-        match outcome.inspect_err(|_| self.failed_write = Some(bytes.clone()))? {
-            (Cas::Swapped, seqs) => {
-                self.stored = Some(bytes);
+        let digest = self.key.digest();
+        let new_events: Vec<NewEvent<'_>> = encoded
+            .iter()
+            .map(|b| NewEvent {
+                key: Some(digest),
+                bytes: b,
+            })
+            .collect();
+        let owner = &self.shared.owner;
+        let claim = match (release, self.held.is_some()) {
+            (true, _) => ClaimChange::Release,
+            (false, true) => ClaimChange::Keep,
+            (false, false) => ClaimChange::Take(owner),
+        };
+        let write = Write {
+            space: Space::Ops,
+            key: digest,
+            expect: self.version.map_or(Expect::Absent, Expect::Version),
+            body: &bytes,
+            claim,
+            escalated: self.rec.state == State::Escalated,
+            events: &new_events,
+            durability,
+        };
+        match self.shared.journal.write(write).await? {
+            Written::Done {
+                version,
+                epoch,
+                seqs,
+            } => {
+                self.version = Some(version);
+                self.previous = self.tried.take();
+                self.held = (!release).then_some(epoch);
+                self.slot.hold(self.held.map(|epoch| Held {
+                    space: Space::Ops,
+                    key: *digest,
+                    epoch,
+                }));
                 for (seq, d) in seqs.into_iter().zip(drafts) {
                     self.shared.audit.publish(seq, d);
                 }
                 Ok(())
             }
-            (Cas::Conflict { .. }, _) => Err(Error::Conflict {
-                key: self.key.to_string(),
-            }),
+            Written::Conflict => Err(Halt::Conflict),
         }
-    }
-
-    async fn persist_intent(&mut self, first: bool) -> Result<(), Error> {
-        let mut events = Vec::with_capacity(2);
-        if first {
-            events.push(EventKind::Intent {
-                generation: self.rec.generation,
-                fingerprint: hex(&self.rec.fingerprint),
-            });
-        }
-        events.push(EventKind::Attempt {
-            attempt: self.rec.attempts,
-        });
-        self.write_with(events)?;
-        self.shared.journal.sync().await
     }
 
     /// Best effort, after an INTENT could not be made durable: put back what
     /// was there, so this process does not later mistake a call that never
-    /// happened for one that may have landed. If this fails too, the
+    /// happened for one that may have landed. The failed write may have
+    /// happened all the same (an I/O error after the change), so it is
+    /// undone only if the journal holds exactly it. If this fails too, the
     /// cautious INTENT stays.
-    fn revert(&mut self, before: Option<Vec<u8>>) {
-        // What the journal may hold now: our last write, or the write that
-        // reported failure (which may have happened anyway).
-        let candidates = [self.failed_write.take(), self.stored.take()];
-        for current in candidates.into_iter().flatten() {
-            if Some(current.as_slice()) == before.as_deref() {
-                continue;
-            }
-            let undone = self.shared.journal.compare_and_swap(
-                Space::Ops,
-                self.key.digest(),
-                Some(&current),
-                before.as_deref(),
-            );
-            if matches!(undone, Ok(Cas::Swapped)) {
-                return;
-            }
+    async fn revert(&mut self, before: (Option<u64>, Option<Vec<u8>>)) {
+        let (held, body) = before;
+        let journal = &*self.shared.journal;
+        let digest = self.key.digest();
+        let Ok(Some(now)) = journal.load(Space::Ops, digest).await else {
+            return;
+        };
+        if Some(&now.body) != self.tried.as_ref() {
+            return;
+        }
+        let undone = match body {
+            None => journal
+                .remove(Space::Ops, digest, now.version)
+                .await
+                .unwrap_or(false),
+            Some(body) => matches!(
+                journal
+                    .write(Write {
+                        space: Space::Ops,
+                        key: digest,
+                        expect: Expect::Version(now.version),
+                        body: &body,
+                        claim: if held.is_some() {
+                            ClaimChange::Keep
+                        } else {
+                            ClaimChange::Release
+                        },
+                        escalated: false,
+                        events: &[],
+                        durability: Durability::Immediate,
+                    })
+                    .await,
+                Ok(Written::Done { .. })
+            ),
+        };
+        if undone {
+            // Whatever follows re-reads the record.
+            self.version = None;
         }
     }
 
-    /// Writes a terminal (or escalated) state and its events, durably.
-    async fn finish(&mut self, events: Vec<EventKind>) -> Result<(), Error> {
-        self.write_with(events)?;
-        self.shared.journal.sync().await
-    }
-
-    fn emit(&self, kind: EventKind) -> Result<(), Error> {
+    async fn emit(&self, kind: EventKind) -> Result<u64, Error> {
         self.shared
             .audit
             .emit(
                 &*self.shared.journal,
                 draft(self.ctx, self.tool.name, Some(&self.key), kind),
+                Durability::Eventual,
             )
-            .map(|_| ())
+            .await
     }
 }
 
@@ -920,42 +1353,153 @@ fn step_tool(name: &str) -> String {
     format!("step:{name}")
 }
 
+/// A memoized step: run once per run and scope; concurrent calls of the
+/// same step (in this process or another) wait for the one running and
+/// share its value.
 pub(crate) async fn step<T, E, F>(ctx: &Ctx, name: &str, fut: F) -> Result<T, ToolError<E>>
 where
     T: Serialize + DeserializeOwned,
     F: Future<Output = Result<T, E>>,
 {
     let shared = ctx.shared();
-    let journal = &*shared.journal;
+    let journal: &dyn Journal = &*shared.journal;
     let key = KeyBuilder::new(ctx.prefix(), "idem.step")
         .field(name)
         .finish();
-    let digest = key.digest();
+    let digest = *key.digest();
     let tool = step_tool(name);
-    let emit = |kind: EventKind| shared.audit.emit(journal, draft(ctx, &tool, None, kind));
-    if let Some(bytes) = journal.get(Space::Steps, digest)? {
-        let rec: StepRecord = record::decode(Kind::Step, &bytes, journal.location(), digest)?;
-        let value = serde_json::from_str(&rec.value).map_err(|e| Error::Result {
-            key: step_tool(name),
-            op: "decoded",
-            detail: e.to_string(),
-        })?;
-        emit(EventKind::StepReplayed)?;
-        return Ok(value);
-    }
-    let value = fut.await.map_err(ToolError::Tool)?;
-    let rec = StepRecord {
-        name: name.to_string(),
-        root_run: ctx.root_run().to_string(),
-        value: serde_json::to_string(&value).map_err(|e| Error::Result {
-            key: step_tool(name),
-            op: "encoded",
-            detail: e.to_string(),
-        })?,
-        at_ms: shared.clock.now_ms(),
+    let decode_err = |detail: String| Error::Result {
+        key: step_tool(name),
+        op: "decoded",
+        detail,
     };
-    journal.insert(Space::Steps, digest, &record::encode(Kind::Step, &rec)?)?;
-    emit(EventKind::StepRecorded)?;
-    journal.sync().await?;
-    Ok(value)
+    let deadline = tokio::time::Instant::now() + shared.in_flight_wait;
+    let mut fut = Some(fut);
+    loop {
+        let slot = match journal.local().enter(&digest) {
+            Entry::Leader(slot) => slot,
+            Entry::Busy(mut rx) => {
+                if tokio::time::timeout_at(deadline, rx.changed())
+                    .await
+                    .is_err()
+                {
+                    return Err(ToolError::InFlight { key });
+                }
+                continue;
+            }
+        };
+        let loaded = journal.load(Space::Steps, &digest).await?;
+        let mut expect = Expect::Absent;
+        if let Some(l) = &loaded {
+            let rec: StepRecord = record::decode(Kind::Step, &l.body, journal.location(), &digest)?;
+            match rec.state {
+                StepState::Done { value } => {
+                    let value = codec::decode(&value.0).map_err(decode_err)?;
+                    shared
+                        .audit
+                        .emit(
+                            journal,
+                            draft(ctx, &tool, None, EventKind::StepReplayed),
+                            Durability::Eventual,
+                        )
+                        .await?;
+                    return Ok(value);
+                }
+                StepState::Running => {
+                    let me = &shared.owner;
+                    let elsewhere = l.claim.as_ref().is_some_and(|c| {
+                        c.live
+                            && c.owner != *me
+                            && !me.is_other_incarnation_of_same_worker(&c.owner)
+                    });
+                    if elsewhere {
+                        drop(slot);
+                        if tokio::time::timeout_at(
+                            deadline,
+                            journal.changed(Space::Steps, &digest, l.version),
+                        )
+                        .await
+                        .is_err()
+                        {
+                            return Err(ToolError::InFlight { key });
+                        }
+                        continue;
+                    }
+                }
+            }
+            expect = Expect::Version(l.version);
+        }
+        // Claim it, run it, record its value.
+        let mut rec = StepRecord {
+            name: name.to_string(),
+            root_run: ctx.root_run().to_string(),
+            state: StepState::Running,
+            at_ms: shared.clock.now_ms(),
+        };
+        let bytes = record::encode(Kind::Step, &rec)?;
+        let claimed = journal
+            .write(Write {
+                space: Space::Steps,
+                key: &digest,
+                expect,
+                body: &bytes,
+                claim: ClaimChange::Take(&shared.owner),
+                escalated: false,
+                events: &[],
+                durability: Durability::Eventual,
+            })
+            .await?;
+        let Written::Done { version, epoch, .. } = claimed else {
+            continue;
+        };
+        slot.hold(Some(Held {
+            space: Space::Steps,
+            key: digest,
+            epoch,
+        }));
+        let Some(running) = fut.take() else {
+            // A second round after a conflict: the future is spent.
+            return Err(ToolError::InFlight { key });
+        };
+        let value = running.await.map_err(ToolError::Tool)?;
+        rec.state = StepState::Done {
+            value: Blob(codec::encode(&value).map_err(|detail| Error::Result {
+                key: step_tool(name),
+                op: "encoded",
+                detail,
+            })?),
+        };
+        rec.at_ms = shared.clock.now_ms();
+        let bytes = record::encode(Kind::Step, &rec)?;
+        let event = AuditLog::encode(&draft(ctx, &tool, None, EventKind::StepRecorded))?;
+        let done = journal
+            .write(Write {
+                space: Space::Steps,
+                key: &digest,
+                expect: Expect::Version(version),
+                body: &bytes,
+                claim: ClaimChange::Release,
+                escalated: false,
+                events: &[NewEvent {
+                    key: None,
+                    bytes: &event,
+                }],
+                durability: Durability::Immediate,
+            })
+            .await?;
+        slot.hold(None);
+        match done {
+            Written::Done { seqs, .. } => {
+                if let Some(seq) = seqs.first() {
+                    shared
+                        .audit
+                        .publish(*seq, draft(ctx, &tool, None, EventKind::StepRecorded));
+                }
+                return Ok(value);
+            }
+            // Another driver took the step over meanwhile (this one was
+            // paused past its lease): its value is the step's.
+            Written::Conflict => continue,
+        }
+    }
 }

@@ -45,6 +45,87 @@ pub enum Error {
         /// The underlying error.
         detail: String,
     },
+    /// The journal's files are damaged in a way that is not a torn tail:
+    /// it refuses to open, and nothing was deleted.
+    #[error("journal damaged: {}{}: {detail}; refusing to open (nothing was deleted)", file.display(), offset.map(|o| format!(" at offset {o}")).unwrap_or_default())]
+    Damaged {
+        /// The damaged file.
+        file: PathBuf,
+        /// Where in it, when known.
+        offset: Option<u64>,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A value is larger than the journal stores; nothing was written and
+    /// the provider was not called.
+    #[error("{what} of {size} bytes exceeds the journal's limit of {limit} bytes; the provider was not called")]
+    TooLarge {
+        /// What was too large.
+        what: &'static str,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The journal's record for this key belongs to another tool or class:
+    /// never replayed.
+    #[error("record {key} belongs to tool `{stored_tool}` ({stored_class}), not to `{tool}` ({class}); two tools share a name, or a tool's class changed while it had operations in the journal")]
+    ToolMismatch {
+        /// The operation's key.
+        key: String,
+        /// The tool (and class) that wrote the record.
+        stored_tool: String,
+        /// Its class.
+        stored_class: crate::Class,
+        /// The tool calling now.
+        tool: String,
+        /// Its class.
+        class: crate::Class,
+    },
+    /// A concurrent call of the same operation, which this call waited for,
+    /// was refused by the provider. (The refusal itself is the tool's
+    /// error, returned to the call that made the attempt; this call shares
+    /// its outcome and does not start a new decision.)
+    #[error("operation {key} was refused by the provider in the concurrent call this one waited for: {error}")]
+    Rejected {
+        /// The operation's key.
+        key: String,
+        /// The provider's refusal, as text.
+        error: String,
+    },
+    /// The operation's retry budget is spent and nothing landed; the error
+    /// of its last attempt is known only as text (it was made by another
+    /// call or an earlier process).
+    #[error("operation {key} failed after {attempts} attempts; last error: {error}")]
+    Failed {
+        /// The operation's key.
+        key: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The last error, as text.
+        error: String,
+    },
+    /// An operator's `Landed` result does not fit the tool's result type;
+    /// nothing was written.
+    #[error("the result given for {key} does not fit the result type of tool `{tool}`: {detail}; nothing was written")]
+    ResultType {
+        /// The operation's key.
+        key: String,
+        /// The tool.
+        tool: String,
+        /// The decode error.
+        detail: String,
+    },
+    /// Two tools in this program have the same name: they would share keys.
+    #[error("two tools are named `{name}`: {first} and {second}; tool names are part of every key, so give one of them `name = \"...\"`")]
+    DuplicateTool {
+        /// The shared name.
+        name: String,
+        /// One tool (`module (file:line)`).
+        first: String,
+        /// The other.
+        second: String,
+    },
     /// A stored record could not be decoded. It is never treated as absent.
     #[error("corrupt {what} in journal {location} at key {key}: {detail}")]
     Corrupt {

@@ -38,9 +38,10 @@ pub struct Escalation {
 /// An operator's answer to an [`Escalation`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Resolution {
-    /// It landed. The optional JSON is the result to replay to later calls
-    /// (it must deserialize into the tool's success type; `None` replays
-    /// `null`, which suits `()` and `Option` results).
+    /// It landed. The optional JSON is the result to replay to later calls:
+    /// it must deserialize into the tool's result type, which is checked
+    /// before anything is written (`None` stands for `null`, which suits
+    /// `()` and `Option` results).
     Landed(Option<serde_json::Value>),
     /// It did not land (or must be done again): the next call runs it, with
     /// a fresh retry budget and the same key.
@@ -57,4 +58,64 @@ impl Resolution {
             Resolution::Abandon => "abandon",
         }
     }
+}
+
+/// One operation as the journal has it (for operators: `GET /v1/ops/{key}`,
+/// `idem show`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Operation {
+    /// The operation's key (current generation).
+    pub key: IdemKey,
+    /// The tool.
+    pub tool: String,
+    /// The tool's class.
+    pub class: Class,
+    /// The root run.
+    pub root_run: String,
+    /// The scope path under the root run.
+    pub scope: Vec<String>,
+    /// `intent`, `waiting`, `committed`, `rejected`, `failed`, `escalated`,
+    /// `reissue` or `abandoned`.
+    pub state: String,
+    /// The key generation (incremented after a provider refusal).
+    pub generation: u32,
+    /// Attempts made in the current decision.
+    pub attempts: u32,
+    /// Whether an attempt may have landed without anything settling it.
+    pub maybe_landed: bool,
+    /// The call's arguments, redacted ones replaced by `"<redacted>"`.
+    pub args: serde_json::Value,
+    /// The committed result, as JSON.
+    pub result: Option<serde_json::Value>,
+    /// How the result was learned: `call`, `verify` or `operator`.
+    pub committed_via: Option<String>,
+    /// The refusal or failure, for rejected and failed operations.
+    pub error: Option<String>,
+    /// The last attempt's error.
+    pub last_error: Option<String>,
+    /// What `verify` answered, if it was asked.
+    pub verify_answer: Option<String>,
+    /// Why it was escalated, if it was.
+    pub escalation_reason: Option<String>,
+    /// The operator's resolution, if any.
+    pub resolution: Option<ResolutionView>,
+    /// When the first attempt of this decision started (ms since the epoch).
+    pub first_attempt_ms: u64,
+    /// When the record last changed (ms since the epoch).
+    pub updated_ms: u64,
+    /// Who holds its claim (`worker#incarnation`), while it is in flight.
+    pub claimed_by: Option<String>,
+}
+
+/// An operator's resolution of an operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolutionView {
+    /// `landed`, `reissue` or `abandon`.
+    pub kind: String,
+    /// The operator's note.
+    pub note: String,
+    /// When (ms since the epoch).
+    pub at_ms: u64,
+    /// How many times it was amended.
+    pub amendments: u32,
 }

@@ -11,6 +11,7 @@
 mod audit;
 mod class;
 mod clock;
+mod codec;
 mod ctx;
 mod engine;
 mod error;
@@ -23,13 +24,14 @@ mod retry;
 mod runtime;
 
 pub use audit::{AuditEvent, EventKind, Stats, Subscription, SubscriptionError, ToolStats};
-pub use class::{tools, Class, OnDrift, ToolDescriptor};
+pub use class::{tools, Class, LandedCheck, OnDrift, ToolDescriptor};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use ctx::Ctx;
+pub use engine::MAX_ARGS_BYTES;
 pub use error::{Error, ToolError};
-pub use escalation::{Escalation, Resolution};
+pub use escalation::{Escalation, Operation, Resolution, ResolutionView};
 pub use failure::{Classify, Failure, Verdict};
-pub use journal::{Journal, SledJournal};
+pub use journal::{Journal, Owner, SledJournal, SledOptions};
 pub use key::{Args, IdemKey, KeyBuilder, KeyEncoder, KeyPart, KEY_VERSION};
 pub use retry::RetryPolicy;
 pub use runtime::{PruneReport, Runtime, RuntimeBuilder};
@@ -38,13 +40,14 @@ pub use runtime::{PruneReport, Runtime, RuntimeBuilder};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::class::{Class, OnDrift, RegisteredTool, ToolDescriptor};
-    pub use crate::engine::{call, call_read_only};
+    pub use crate::engine::{call, call_read_only, call_with, ErrorHooks};
     pub use crate::key::Args;
     pub use crate::retry::RetryPolicy;
     pub use crate::{Ctx, ToolError, Verdict};
     pub use core::time::Duration;
     pub use inventory;
     pub use serde;
+    pub use serde_json;
 
     use crate::{Classify, IdemKey, KeyBuilder, KeyPart};
 
@@ -103,6 +106,107 @@ pub mod __private {
         }
     }
 
+    /// The check a journaled tool's descriptor carries for an operator's
+    /// `Landed` result (see `ToolDescriptor::check_landed`).
+    pub fn landed<T: serde::Serialize + serde::de::DeserializeOwned>(
+        json: &serde_json::Value,
+    ) -> Result<Vec<u8>, String> {
+        crate::codec::landed::<T>(json)
+    }
+
+    /// Finds, for a tool's error type, the best [`ErrorHooks`]: `Display`
+    /// text when the type has it (else `Debug`, else its type name), and
+    /// sharing the leader's error with concurrent duplicates when it is
+    /// `Clone + Send + Sync + 'static`. Call as
+    /// `(&&&Probe::<E>::new()).describe()` and
+    /// `(&&Probe::<E>::new()).sharing()`; method resolution picks the most
+    /// capable impl the type allows.
+    pub struct Probe<E>(core::marker::PhantomData<fn() -> E>);
+
+    impl<E> Probe<E> {
+        /// A probe for `E`.
+        #[allow(clippy::new_without_default)]
+        pub const fn new() -> Self {
+            Probe(core::marker::PhantomData)
+        }
+    }
+
+    /// The preferred text: `Display`.
+    pub trait DescribeDisplay<E> {
+        /// How to describe `E`.
+        fn describe(&self) -> fn(&E) -> String;
+    }
+    impl<E: std::fmt::Display> DescribeDisplay<E> for &&Probe<E> {
+        fn describe(&self) -> fn(&E) -> String {
+            |e| e.to_string()
+        }
+    }
+    /// The next best text: `Debug`.
+    pub trait DescribeDebug<E> {
+        /// How to describe `E`.
+        fn describe(&self) -> fn(&E) -> String;
+    }
+    impl<E: std::fmt::Debug> DescribeDebug<E> for &Probe<E> {
+        fn describe(&self) -> fn(&E) -> String {
+            |e| format!("{e:?}")
+        }
+    }
+    /// The last resort, so that a missing `Debug` is reported once (by
+    /// `assert_classify`), not again here.
+    pub trait DescribeName<E> {
+        /// How to describe `E`.
+        fn describe(&self) -> fn(&E) -> String;
+    }
+    impl<E> DescribeName<E> for Probe<E> {
+        fn describe(&self) -> fn(&E) -> String {
+            |_| std::any::type_name::<E>().to_string()
+        }
+    }
+
+    /// How a leader's error is shared with its waiters.
+    pub type ShareFns<E> = (
+        Option<fn(&E) -> crate::journal::LeaderOutcome>,
+        Option<fn(&crate::journal::LeaderOutcome) -> Option<E>>,
+    );
+
+    /// Sharing, for errors that can be cloned across tasks.
+    pub trait ShareClone<E> {
+        /// How to share `E`.
+        fn sharing(&self) -> ShareFns<E>;
+    }
+    impl<E: Clone + Send + Sync + 'static> ShareClone<E> for &Probe<E> {
+        fn sharing(&self) -> ShareFns<E> {
+            (
+                Some(|e| std::sync::Arc::new(e.clone())),
+                Some(|s| s.downcast_ref::<E>().cloned()),
+            )
+        }
+    }
+    /// No sharing: waiters get the refusal as text.
+    pub trait ShareNone<E> {
+        /// How to share `E`.
+        fn sharing(&self) -> ShareFns<E>;
+    }
+    impl<E> ShareNone<E> for &&Probe<E> {
+        fn sharing(&self) -> ShareFns<E> {
+            (None, None)
+        }
+    }
+
+    /// The hooks from the probes' answers, and the tool's result check.
+    pub fn hooks<E>(
+        describe: fn(&E) -> String,
+        sharing: ShareFns<E>,
+        check_landed: fn(&serde_json::Value) -> Result<Vec<u8>, String>,
+    ) -> ErrorHooks<E> {
+        ErrorHooks {
+            describe,
+            share: sharing.0,
+            unshare: sharing.1,
+            check_landed: Some(check_landed),
+        }
+    }
+
     /// The key of a call, for code that needs it outside the engine.
     pub fn key_of(key: &IdemKey) -> &str {
         key.as_str()
@@ -123,5 +227,41 @@ pub mod __private {
         fn for_attempt(&self) -> Self {
             self.clone()
         }
+    }
+}
+
+#[cfg(test)]
+mod probe_tests {
+    use super::__private::*;
+
+    #[derive(Debug)]
+    struct OnlyDebug;
+    struct Neither;
+    #[derive(Debug)]
+    struct Both;
+    impl std::fmt::Display for Both {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("shown")
+        }
+    }
+
+    #[test]
+    #[allow(clippy::needless_borrow)] // the borrows are what picks the impl
+    fn the_probes_pick_the_best_text_and_sharing_each_type_allows() {
+        #[allow(unused_imports)]
+        use super::__private::{
+            DescribeDebug as _, DescribeDisplay as _, DescribeName as _, ShareClone as _,
+            ShareNone as _,
+        };
+        assert_eq!((&&&Probe::<Both>::new()).describe()(&Both), "shown");
+        assert_eq!(
+            (&&&Probe::<OnlyDebug>::new()).describe()(&OnlyDebug),
+            "OnlyDebug"
+        );
+        assert!((&&&Probe::<Neither>::new()).describe()(&Neither).ends_with("Neither"));
+        let (share, unshare) = (&&Probe::<String>::new()).sharing();
+        let packed = share.expect("String is shareable")(&"declined".to_string());
+        assert_eq!(unshare.unwrap()(&packed).as_deref(), Some("declined"));
+        assert!((&&Probe::<Neither>::new()).sharing().0.is_none());
     }
 }

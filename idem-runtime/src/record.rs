@@ -5,6 +5,10 @@
 //! A frame that is too short, has the wrong kind, fails its checksum or does
 //! not decode is [`Error::Corrupt`]: never treated as absent. A newer format
 //! version is [`Error::RecordVersion`]: never guessed at.
+//!
+//! Results (and memoized step values) are stored as MessagePack with
+//! field names (see `codec.rs`), not JSON: they replay exactly as the tool
+//! returned them, non-finite floats and large byte strings included.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -13,20 +17,26 @@ use crate::class::Class;
 use crate::error::Error;
 
 /// Version of the record format written by this build.
-pub(crate) const RECORD_VERSION: u8 = 1;
+pub(crate) const RECORD_VERSION: u8 = 2;
 
-/// Largest body bincode may decode; a corrupt length prefix cannot make it
-/// allocate more than this.
-const DECODE_LIMIT: usize = 16 << 20;
+/// Largest body bincode may decode when the frame is small; a corrupt
+/// length prefix cannot make it allocate more than this.
+const SMALL_LIMIT: usize = 64 << 20;
+/// Frames above this size hold large results; they decode with
+/// [`LARGE_LIMIT`], the largest record idem writes.
+const SMALL_FRAME: usize = 16 << 20;
+/// The largest record idem writes (and so the largest result it journals).
+pub(crate) const LARGE_LIMIT: usize = 1 << 30;
 
 /// What kind of value a frame holds, so that a value of one kind is never
 /// decoded as another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    Op = 0x4f,    // 'O'
-    Event = 0x45, // 'E'
-    Step = 0x53,  // 'S'
-    Meta = 0x4d,  // 'M'
+    Op = 0x4f,         // 'O'
+    Event = 0x45,      // 'E'
+    Step = 0x53,       // 'S'
+    Meta = 0x4d,       // 'M'
+    Checkpoint = 0x43, // 'C'
 }
 
 impl Kind {
@@ -36,7 +46,43 @@ impl Kind {
             Kind::Event => "audit event",
             Kind::Step => "step record",
             Kind::Meta => "journal metadata",
+            Kind::Checkpoint => "journal checkpoint",
         }
+    }
+}
+
+/// Bytes stored as one bincode byte string (not a sequence of numbers).
+#[derive(Clone, PartialEq, Eq, Default)]
+pub(crate) struct Blob(pub Vec<u8>);
+
+impl std::fmt::Debug for Blob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Blob({} bytes)", self.0.len())
+    }
+}
+
+impl Serialize for Blob {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Blob {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Blob;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Blob, E> {
+                Ok(Blob(v.to_vec()))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Blob, E> {
+                Ok(Blob(v))
+            }
+        }
+        d.deserialize_byte_buf(V)
     }
 }
 
@@ -49,8 +95,8 @@ pub(crate) enum State {
     /// Between attempts: the last attempt provably did not land (or `verify`
     /// said so unless `maybe_landed`), a retry is due.
     Waiting,
-    /// Done; the result is recorded and replayed.
-    Committed { result: String, via: Via },
+    /// Done; the result (see `codec.rs`) is recorded and replayed.
+    Committed { result: Blob, via: Via },
     /// The provider refused it; the next call is a new decision under the
     /// next generation.
     Rejected { error: String },
@@ -100,6 +146,16 @@ pub(crate) enum Via {
     Operator,
 }
 
+impl Via {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Via::Call => "call",
+            Via::Verify => "verify",
+            Via::Operator => "operator",
+        }
+    }
+}
+
 /// Why and when an operation was escalated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct EscalationInfo {
@@ -113,6 +169,8 @@ pub(crate) struct ResolutionInfo {
     pub kind: String,
     pub note: String,
     pub at_ms: u64,
+    /// How many times an operator changed a resolution of this generation.
+    pub amendments: u32,
 }
 
 /// One logical operation, keyed by its key digest.
@@ -124,12 +182,17 @@ pub(crate) struct OpRecord {
     pub scope: Vec<String>,
     pub generation: u32,
     pub state: State,
-    /// Attempts started in this generation. Written (and synced) before each
+    /// Attempts started in this decision. Written (and synced) before each
     /// attempt, so a crash loop cannot reset the budget.
     pub attempts: u32,
-    /// When the first attempt of this generation started (ms since epoch):
-    /// `max_elapsed` and the dedupe window count from here across restarts.
+    /// When the first attempt of this decision started (ms since epoch):
+    /// `max_elapsed` counts from here across restarts. A reissue starts a
+    /// new decision (a fresh budget) under the same key.
     pub first_attempt_ms: u64,
+    /// When this generation's key was first sent to the provider: the
+    /// provider's dedupe window counts from here, reissues included (the
+    /// provider remembers the key from its first use, not from ours).
+    pub key_first_sent_ms: Option<u64>,
     pub updated_ms: u64,
     /// Some attempt of this generation may have reached the provider and
     /// nothing has settled whether it landed.
@@ -139,46 +202,52 @@ pub(crate) struct OpRecord {
     pub args: String,
     pub last_error: Option<String>,
     pub verify_answer: Option<String>,
-    /// Incarnation of the process that last wrote the record.
-    pub owner: u64,
     pub escalation: Option<EscalationInfo>,
     pub resolution: Option<ResolutionInfo>,
 }
 
-/// A memoized step result.
+/// Where a memoized step stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum StepState {
+    /// Its future is being polled (or its driver died; then it runs again).
+    Running,
+    /// Its value (see `codec.rs`).
+    Done { value: Blob },
+}
+
+/// A memoized step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct StepRecord {
     pub name: String,
     pub root_run: String,
-    pub value: String,
+    pub state: StepState,
     pub at_ms: u64,
 }
 
-/// What identifies a journal directory as ours.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Meta {
-    pub magic: String,
-    pub format: u32,
-    pub created_ms: u64,
+fn small() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<SMALL_LIMIT>()
 }
 
-pub(crate) const MAGIC: &str = "idem-journal";
-pub(crate) const FORMAT: u32 = 1;
-
-fn config() -> impl bincode::config::Config {
-    bincode::config::standard().with_limit::<DECODE_LIMIT>()
+fn large() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<LARGE_LIMIT>()
 }
 
 /// Frames a value of `kind`.
 pub(crate) fn encode<T: Serialize>(kind: Kind, value: &T) -> Result<Vec<u8>, Error> {
     let mut out = vec![kind as u8, RECORD_VERSION, 0, 0, 0, 0];
-    bincode::serde::encode_into_std_write(value, &mut out, config()).map_err(|e| {
-        Error::Result {
-            key: kind.name().to_string(),
-            op: "encoded",
-            detail: e.to_string(),
-        }
+    bincode::serde::encode_into_std_write(value, &mut out, large()).map_err(|e| Error::Result {
+        key: kind.name().to_string(),
+        op: "encoded",
+        detail: e.to_string(),
     })?;
+    // Never write what could not be read back.
+    if out.len() - 6 > LARGE_LIMIT {
+        return Err(Error::TooLarge {
+            what: kind.name(),
+            size: (out.len() - 6) as u64,
+            limit: LARGE_LIMIT as u64,
+        });
+    }
     let crc = crc32(&out[6..]);
     out[2..6].copy_from_slice(&crc.to_le_bytes());
     Ok(out)
@@ -228,8 +297,12 @@ pub(crate) fn decode<T: DeserializeOwned>(
             "checksum mismatch (stored {stored:08x}, computed {actual:08x})"
         )));
     }
-    let (value, read) = bincode::serde::decode_from_slice(body, config())
-        .map_err(|e| corrupt(format!("undecodable body: {e}")))?;
+    let decoded = if body.len() <= SMALL_FRAME {
+        bincode::serde::decode_from_slice(body, small())
+    } else {
+        bincode::serde::decode_from_slice(body, large())
+    };
+    let (value, read) = decoded.map_err(|e| corrupt(format!("undecodable body: {e}")))?;
     if read != body.len() {
         return Err(corrupt(format!(
             "{} trailing bytes after the body",
@@ -279,23 +352,24 @@ mod tests {
             scope: vec!["a".into()],
             generation: 2,
             state: State::Committed {
-                result: "{\"id\":1}".into(),
+                result: Blob(b"\x81\xa2id\x01".to_vec()),
                 via: Via::Verify,
             },
             attempts: 3,
             first_attempt_ms: 1_700_000_000_000,
+            key_first_sent_ms: Some(1_600_000_000_000),
             updated_ms: 1_700_000_000_500,
             maybe_landed: false,
             fingerprint: [7; 32],
             args: "{\"to\":\"a@b\"}".into(),
             last_error: Some("timeout".into()),
             verify_answer: Some("landed".into()),
-            owner: 99,
             escalation: None,
             resolution: Some(ResolutionInfo {
                 kind: "landed".into(),
                 note: "checked".into(),
                 at_ms: 5,
+                amendments: 0,
             }),
         }
     }

@@ -1,28 +1,53 @@
-//! `Runtime`: the open journal, the clock, the audit stream and the table of
-//! calls in flight in this process.
+//! `Runtime`: the open journal, the clock, the audit stream, this process's
+//! identity as a claim owner, and the operator's side (escalations,
+//! resolutions, retention, statistics).
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 use crate::audit::{AuditEvent, AuditLog, Draft, EventKind, Stats, Subscription};
+use crate::class::{self, ToolDescriptor};
 use crate::clock::{Clock, SystemClock};
+use crate::codec;
 use crate::ctx::Ctx;
 use crate::error::Error;
-use crate::escalation::{Escalation, Resolution};
-use crate::journal::{Cas, Journal, SledJournal, SledOptions, Space};
+use crate::escalation::{Escalation, Operation, Resolution, ResolutionView};
+use crate::journal::{
+    ClaimChange, Digest, Durability, Expect, Journal, Loaded, NewEvent, Owner, SledJournal,
+    SledOptions, Space, Write as JournalWrite, Written,
+};
 use crate::key::IdemKey;
-use crate::record::{self, Kind, OpRecord, ResolutionInfo, State, Via};
+use crate::record::{self, Blob, Kind, OpRecord, ResolutionInfo, State, StepRecord, Via};
 use crate::retry::Jitter;
 
 /// The idem runtime: an open journal and everything that acts on it.
 ///
 /// Cheap to clone; every clone and every [`Ctx`] made from it share one
 /// journal, which is released when the last of them is dropped.
+///
+/// A long-running server opens one at start and hands a [`Ctx`] per
+/// workflow to its tools:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), idem_runtime::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// use idem_runtime::Runtime;
+///
+/// let rt = Runtime::open(dir.path())?;          // once, at start
+/// for order in ["order-1", "order-2"] {          // per request / workflow
+///     let ctx = rt.run(order);                   // durable workflow id
+///     // ... call #[tool]s with &ctx ...
+///     # let _ = ctx;
+/// }
+/// for e in rt.escalations().await? {             // the operator's side
+///     println!("{}: {}", e.key, e.reason);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Runtime {
     pub(crate) shared: Arc<Shared>,
@@ -32,6 +57,7 @@ impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
             .field("journal", &self.shared.journal.location())
+            .field("owner", &self.shared.owner)
             .finish()
     }
 }
@@ -40,12 +66,67 @@ pub(crate) struct Shared {
     pub(crate) journal: Arc<dyn Journal>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) audit: AuditLog,
-    pub(crate) inflight: InFlight,
     pub(crate) jitter: Jitter,
-    /// Identifies this process's writes in records.
-    pub(crate) incarnation: u64,
+    /// Who this runtime's claims belong to.
+    pub(crate) owner: Owner,
     pub(crate) in_flight_wait: Duration,
     pub(crate) retention: Duration,
+    /// Renews the leases of the claims this process drives, for journals
+    /// whose claims expire.
+    renewer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Tools called through this runtime that are not registered by
+    /// `#[tool]` (hand-built descriptors), by name: what operators may need
+    /// to check a resolution against.
+    pub(crate) called: std::sync::Mutex<std::collections::HashMap<&'static str, Called>>,
+}
+
+/// A tool seen making a call, with the result check its call carried.
+#[derive(Clone, Copy)]
+pub(crate) struct Called {
+    pub(crate) tool: &'static ToolDescriptor,
+    pub(crate) check_landed: Option<crate::class::LandedCheck>,
+}
+
+impl Shared {
+    /// Remembers a tool that made a call (one lookup per call; the common
+    /// case is a hit).
+    pub(crate) fn saw(
+        &self,
+        tool: &'static ToolDescriptor,
+        check_landed: Option<crate::class::LandedCheck>,
+    ) {
+        let mut called = self.called.lock().unwrap_or_else(|p| p.into_inner());
+        if !called.contains_key(tool.name) {
+            called.insert(tool.name, Called { tool, check_landed });
+        }
+    }
+
+    /// How to check a `Landed` result for the tool `name` of `class`: its
+    /// descriptor's check, else the one its calls in this process carried.
+    pub(crate) fn landed_check(
+        &self,
+        name: &str,
+        class: crate::Class,
+    ) -> Option<crate::class::LandedCheck> {
+        class::tools()
+            .find(|t| t.name == name && t.class == class)
+            .and_then(|t| t.check_landed)
+            .or_else(|| {
+                let called = self.called.lock().unwrap_or_else(|p| p.into_inner());
+                called
+                    .get(name)
+                    .filter(|c| c.tool.class == class)
+                    .and_then(|c| c.check_landed.or(c.tool.check_landed))
+            })
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(task) = self.renewer.get_mut().ok().and_then(Option::take) {
+            task.abort();
+        }
+    }
 }
 
 /// Options for [`Runtime`]; see [`Runtime::builder`].
@@ -56,6 +137,7 @@ pub struct RuntimeBuilder {
     sled: SledOptions,
     in_flight_wait: Duration,
     retention: Duration,
+    worker_id: Option<String>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -65,6 +147,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("sled", &self.sled)
             .field("in_flight_wait", &self.in_flight_wait)
             .field("retention", &self.retention)
+            .field("worker_id", &self.worker_id)
             .finish()
     }
 }
@@ -77,13 +160,15 @@ impl RuntimeBuilder {
     }
 
     /// Uses an already open journal instead of opening one by path (another
-    /// implementation, or a wrapper that injects faults in tests).
+    /// implementation, or a wrapper that injects faults in tests). Runtimes
+    /// built on the same journal share its table of calls in flight.
     pub fn journal(mut self, journal: Arc<dyn Journal>) -> Self {
         self.journal = Some(journal);
         self
     }
 
-    /// The clock for durable timestamps (default: [`SystemClock`]).
+    /// The clock for durable timestamps (default: the journal's, else
+    /// [`SystemClock`]).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
         self
@@ -96,9 +181,16 @@ impl RuntimeBuilder {
         self
     }
 
-    /// How long a call waits for another call of the same key in this
-    /// process to finish before returning `ToolError::InFlight` (default
-    /// 30 s). A call whose driver was dropped releases its waiters at once.
+    /// All of the sled journal's options.
+    pub fn sled_options(mut self, options: SledOptions) -> Self {
+        self.sled = options;
+        self
+    }
+
+    /// How long a call waits for another call of the same key (in this
+    /// process or, with a shared journal, another) to finish before
+    /// returning `ToolError::InFlight` (default 30 s). A call whose driver
+    /// was dropped releases its local waiters at once.
     pub fn in_flight_wait(mut self, wait: Duration) -> Self {
         self.in_flight_wait = wait;
         self
@@ -114,8 +206,19 @@ impl RuntimeBuilder {
         self
     }
 
+    /// This worker's stable id (default: host name and process id). Claims
+    /// carry it: a worker that restarts under the same id takes over the
+    /// calls its previous incarnation left in flight at once, instead of
+    /// waiting for their leases to expire. Two live processes must never
+    /// share an id.
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = Some(id.into());
+        self
+    }
+
     /// Opens the journal and starts the runtime.
     pub fn open(self) -> Result<Runtime, Error> {
+        class::check_unique_names()?;
         let journal: Arc<dyn Journal> = match (self.journal, self.path) {
             (Some(j), _) => j,
             (None, Some(p)) => Arc::new(SledJournal::open_with(p, &self.sled)?),
@@ -126,23 +229,36 @@ impl RuntimeBuilder {
             }
         };
         let incarnation = incarnation();
-        Ok(Runtime {
+        let clock = self
+            .clock
+            .or_else(|| journal.clock())
+            .unwrap_or_else(|| Arc::new(SystemClock::new()));
+        let worker = self
+            .worker_id
+            .unwrap_or_else(|| format!("{}-{}", host_name(), std::process::id()));
+        let rt = Runtime {
             shared: Arc::new(Shared {
                 journal,
-                clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock::new())),
+                clock,
                 audit: AuditLog::new(),
-                inflight: InFlight::default(),
                 jitter: Jitter::new(incarnation),
-                incarnation,
+                owner: Owner {
+                    worker: Arc::from(worker),
+                    incarnation,
+                },
                 in_flight_wait: self.in_flight_wait,
                 retention: self.retention,
+                renewer: std::sync::Mutex::new(None),
+                called: std::sync::Mutex::new(std::collections::HashMap::new()),
             }),
-        })
+        };
+        rt.start_renewer();
+        Ok(rt)
     }
 }
 
 /// A process-unique id: time, pid and the standard library's random hash
-/// keys; it only has to differ between incarnations of a journal's owner.
+/// keys; it only has to differ between incarnations of a worker.
 fn incarnation() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -156,13 +272,23 @@ fn incarnation() -> u64 {
     h.finish()
 }
 
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "worker".into())
+}
+
 impl Runtime {
     /// Opens (or creates) the embedded sled journal in directory `path`.
     ///
     /// Fails with [`Error::InUse`] if another process holds it, with
-    /// [`Error::NotAJournal`] if the directory holds something else, and
-    /// with [`Error::UnsupportedFormat`] if a newer idem wrote it; in every
-    /// case nothing is changed.
+    /// [`Error::NotAJournal`] if the directory holds something else, with
+    /// [`Error::UnsupportedFormat`] if a newer idem wrote it, and with
+    /// [`Error::Damaged`] if its files are damaged; in every case nothing
+    /// is deleted.
     pub fn open(path: impl AsRef<Path>) -> Result<Runtime, Error> {
         Runtime::builder().path(path).open()
     }
@@ -176,6 +302,7 @@ impl Runtime {
             sled: SledOptions::default(),
             in_flight_wait: Duration::from_secs(30),
             retention: Duration::from_secs(7 * 24 * 3600),
+            worker_id: None,
         }
     }
 
@@ -190,63 +317,166 @@ impl Runtime {
         &self.shared.journal
     }
 
+    /// Who this runtime's claims belong to.
+    pub fn owner(&self) -> &Owner {
+        &self.shared.owner
+    }
+
+    /// For journals whose claims expire: a task that renews the leases of
+    /// the calls this process drives, a third of a lease apart. Started
+    /// when the runtime opens inside tokio, else by the first call.
+    pub(crate) fn start_renewer(&self) {
+        let Some(every) = self.shared.journal.renewal() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut slot = self
+            .shared
+            .renewer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if slot.is_some() {
+            return;
+        }
+        let weak = Arc::downgrade(&self.shared);
+        *slot = Some(handle.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(shared) = weak.upgrade() else { return };
+                let held = shared.journal.local().held();
+                if held.is_empty() {
+                    continue;
+                }
+                if let Err(e) = shared.journal.renew(&shared.owner, &held).await {
+                    tracing::warn!(target: "idem::runtime", error = %e, "renewing leases failed; calls may be taken over by other workers, which fences this one off");
+                }
+            }
+        }));
+    }
+
+    async fn load_op(&self, key: &IdemKey) -> Result<Option<(Loaded, OpRecord)>, Error> {
+        let journal = &*self.shared.journal;
+        let Some(loaded) = journal.load(Space::Ops, key.digest()).await? else {
+            return Ok(None);
+        };
+        let rec: OpRecord =
+            record::decode(Kind::Op, &loaded.body, journal.location(), key.digest())?;
+        Ok(Some((loaded, rec)))
+    }
+
     /// Every operation currently parked for a human, oldest first.
-    pub fn escalations(&self) -> Result<Vec<Escalation>, Error> {
+    pub async fn escalations(&self) -> Result<Vec<Escalation>, Error> {
         let journal = &*self.shared.journal;
         let mut out = Vec::new();
-        for item in journal.scan(Space::Escalations, &[]) {
-            let (digest, _) = item?;
-            let Some(bytes) = journal.get(Space::Ops, &digest)? else {
-                continue;
-            };
-            let rec: OpRecord = record::decode(Kind::Op, &bytes, journal.location(), &digest)?;
+        for (digest, loaded) in journal.escalated().await? {
+            let rec: OpRecord =
+                record::decode(Kind::Op, &loaded.body, journal.location(), &digest)?;
             if rec.state != State::Escalated {
                 continue;
             }
-            out.push(escalation_of(&digest, &rec)?);
+            out.push(escalation_of(&digest, &rec));
         }
         out.sort_by_key(|e| e.escalated_ms);
         Ok(out)
     }
 
+    /// One operation as the journal has it, with its result if committed.
+    pub async fn operation(&self, key: &IdemKey) -> Result<Option<Operation>, Error> {
+        let Some((loaded, rec)) = self.load_op(key).await? else {
+            return Ok(None);
+        };
+        Ok(Some(operation_of(key.digest(), &loaded, &rec)))
+    }
+
     /// Settles an escalated operation. `Landed` commits the given result
-    /// (replayed to later calls), `Reissue` lets the next call run it again,
-    /// `Abandon` refuses every later call. Durable when this returns.
-    pub fn resolve(&self, key: &IdemKey, resolution: Resolution, note: &str) -> Result<(), Error> {
+    /// (replayed to later calls), `Reissue` lets the next call run it again
+    /// (a fresh retry budget, the same key), `Abandon` refuses every later
+    /// call. Durable when this returns.
+    ///
+    /// A `Landed` result must decode into the tool's result type: it is
+    /// checked (through the tool's descriptor, so the tool must be compiled
+    /// into this program) before anything is written, and refused with
+    /// [`Error::ResultType`] otherwise.
+    ///
+    /// An operator's resolution can be *amended* the same way while it
+    /// stands (a `Landed` that proves wrong, an `Abandon` to reissue after
+    /// all, a `Reissue` no call has picked up yet): the change is recorded
+    /// with its own audit event. Anything else is [`Error::NotEscalated`].
+    pub async fn resolve(
+        &self,
+        key: &IdemKey,
+        resolution: Resolution,
+        note: &str,
+    ) -> Result<(), Error> {
         let journal = &*self.shared.journal;
-        let digest = key.digest();
-        let bytes = journal
-            .get(Space::Ops, digest)?
-            .ok_or_else(|| Error::UnknownKey {
-                key: key.to_string(),
-            })?;
-        let mut rec: OpRecord = record::decode(Kind::Op, &bytes, journal.location(), digest)?;
-        if rec.state != State::Escalated {
-            return Err(Error::NotEscalated {
-                key: key.to_string(),
-                state: rec.state.name().to_string(),
-            });
-        }
-        let now = self.shared.clock.now_ms();
+        let (loaded, mut rec) = self.load_op(key).await?.ok_or_else(|| Error::UnknownKey {
+            key: key.to_string(),
+        })?;
+        let set_by_operator = rec.resolution.is_some()
+            && matches!(
+                rec.state,
+                State::Committed {
+                    via: Via::Operator,
+                    ..
+                } | State::Abandoned
+                    | State::Reissue
+            );
+        let previous = match rec.state {
+            State::Escalated => None,
+            _ if set_by_operator => rec.resolution.as_ref().map(|r| r.kind.clone()),
+            _ => {
+                return Err(Error::NotEscalated {
+                    key: key.to_string(),
+                    state: rec.state.name().to_string(),
+                })
+            }
+        };
+        let current_key = key.with_generation(rec.generation);
         rec.state = match &resolution {
-            Resolution::Landed(result) => State::Committed {
-                result: result
-                    .as_ref()
-                    .map_or_else(|| "null".to_string(), |v| v.to_string()),
-                via: Via::Operator,
-            },
+            Resolution::Landed(result) => {
+                let json = result.clone().unwrap_or(serde_json::Value::Null);
+                let check = self
+                    .shared
+                    .landed_check(&rec.tool, rec.class)
+                    .ok_or_else(|| Error::ResultType {
+                        key: current_key.to_string(),
+                        tool: rec.tool.clone(),
+                        detail: "this program cannot check the result against the tool's type \
+                                 (the tool is not in it, or its result type is generic and it was \
+                                 not called here yet); resolve it through the process that runs \
+                                 the tool (its admin API)"
+                            .into(),
+                    })?;
+                let stored = check(&json).map_err(|detail| Error::ResultType {
+                    key: current_key.to_string(),
+                    tool: rec.tool.clone(),
+                    detail,
+                })?;
+                State::Committed {
+                    result: Blob(stored),
+                    via: Via::Operator,
+                }
+            }
             Resolution::Reissue => State::Reissue,
             Resolution::Abandon => State::Abandoned,
         };
+        let now = self.shared.clock.now_ms();
         rec.maybe_landed = false;
         rec.updated_ms = now;
+        let amendments = rec.resolution.as_ref().map_or(0, |r| r.amendments);
         rec.resolution = Some(ResolutionInfo {
             kind: resolution.label().to_string(),
             note: note.to_string(),
             at_ms: now,
+            amendments: if previous.is_some() {
+                amendments + 1
+            } else {
+                0
+            },
         });
-        let new = record::encode(Kind::Op, &rec)?;
-        let current_key = key.with_generation(rec.generation);
+        let body = record::encode(Kind::Op, &rec)?;
         let draft = |kind| Draft {
             at_ms: now,
             tool: &rec.tool,
@@ -255,10 +485,17 @@ impl Runtime {
             agent: "operator",
             kind,
         };
-        let mut drafts = vec![draft(EventKind::Resolved {
-            resolution: resolution.label().to_string(),
-            note: note.to_string(),
-        })];
+        let mut drafts = vec![match previous {
+            Some(previous) => draft(EventKind::Amended {
+                previous,
+                resolution: resolution.label().to_string(),
+                note: note.to_string(),
+            }),
+            None => draft(EventKind::Resolved {
+                resolution: resolution.label().to_string(),
+                note: note.to_string(),
+            }),
+        }];
         if let Resolution::Landed(_) = resolution {
             // It is a commit like any other, for the stream and for stats.
             drafts.push(draft(EventKind::Committed {
@@ -266,33 +503,46 @@ impl Runtime {
                 via: "operator".into(),
             }));
         }
-        let events = drafts
+        let encoded = drafts
             .iter()
             .map(AuditLog::encode)
             .collect::<Result<Vec<_>, _>>()?;
-        let (cas, seqs) = journal.compare_and_swap_with_events(
-            Space::Ops,
-            digest,
-            Some(&bytes),
-            Some(&new),
-            &events,
-        )?;
-        if cas != Cas::Swapped {
-            return Err(Error::Conflict {
+        let events: Vec<NewEvent<'_>> = encoded
+            .iter()
+            .map(|b| NewEvent {
+                key: Some(key.digest()),
+                bytes: b,
+            })
+            .collect();
+        let written = journal
+            .write(JournalWrite {
+                space: Space::Ops,
+                key: key.digest(),
+                expect: Expect::Version(loaded.version),
+                body: &body,
+                claim: ClaimChange::Release,
+                escalated: false,
+                events: &events,
+                durability: Durability::Immediate,
+            })
+            .await?;
+        match written {
+            Written::Done { seqs, .. } => {
+                for (seq, d) in seqs.into_iter().zip(drafts) {
+                    self.shared.audit.publish(seq, d);
+                }
+                Ok(())
+            }
+            Written::Conflict => Err(Error::Conflict {
                 key: key.to_string(),
-            });
+            }),
         }
-        for (seq, d) in seqs.into_iter().zip(drafts) {
-            self.shared.audit.publish(seq, d);
-        }
-        journal.remove(Space::Escalations, digest)?;
-        journal.sync_blocking()
     }
 
     /// The retention in effect: the configured one, raised to the longest
     /// dedupe window of any tool in this binary.
     pub fn retention(&self) -> Duration {
-        crate::class::tools()
+        class::tools()
             .map(|t| t.dedupe_window)
             .fold(self.shared.retention, Duration::max)
     }
@@ -302,7 +552,7 @@ impl Runtime {
     /// and audit events. Operations in flight, waiting, escalated or
     /// reissued are never removed, however old. A record that cannot be
     /// decoded is left alone and counted. Durable when this returns.
-    pub fn prune(&self) -> Result<PruneReport, Error> {
+    pub async fn prune(&self) -> Result<PruneReport, Error> {
         let journal = &*self.shared.journal;
         let now = self.shared.clock.now_ms();
         let cutoff = now.saturating_sub(self.retention().as_millis() as u64);
@@ -310,67 +560,148 @@ impl Runtime {
             cutoff_ms: cutoff,
             ..PruneReport::default()
         };
-        let mut doomed = Vec::new();
-        for item in journal.scan(Space::Ops, &[]) {
-            let (key, bytes) = item?;
-            report.ops_scanned += 1;
-            match record::decode::<OpRecord>(Kind::Op, &bytes, journal.location(), &key) {
-                Ok(rec) if rec.updated_ms < cutoff && rec.state.is_finished() => {
-                    doomed.push((key, bytes));
+        for space in Space::ALL {
+            let mut after: Option<Digest> = None;
+            loop {
+                let page = journal.scan(space, after.as_ref(), 1024).await?;
+                let Some(last) = page.last().map(|(k, _)| *k) else {
+                    break;
+                };
+                after = Some(last);
+                for (key, loaded) in page {
+                    let doomed = match space {
+                        Space::Ops => {
+                            report.ops_scanned += 1;
+                            match record::decode::<OpRecord>(
+                                Kind::Op,
+                                &loaded.body,
+                                journal.location(),
+                                &key,
+                            ) {
+                                Ok(rec) if !rec.state.is_finished() => {
+                                    report.ops_kept_open += 1;
+                                    false
+                                }
+                                Ok(rec) => rec.updated_ms < cutoff,
+                                Err(_) => {
+                                    report.undecodable += 1;
+                                    false
+                                }
+                            }
+                        }
+                        Space::Steps => match record::decode::<StepRecord>(
+                            Kind::Step,
+                            &loaded.body,
+                            journal.location(),
+                            &key,
+                        ) {
+                            Ok(step) => {
+                                step.at_ms < cutoff
+                                    && matches!(step.state, record::StepState::Done { .. })
+                            }
+                            Err(_) => {
+                                report.undecodable += 1;
+                                false
+                            }
+                        },
+                    };
+                    // A call that changed the record since we read it wins.
+                    if doomed && journal.remove(space, &key, loaded.version).await? {
+                        match space {
+                            Space::Ops => report.ops_removed += 1,
+                            Space::Steps => report.steps_removed += 1,
+                        }
+                    }
                 }
-                Ok(rec) if !rec.state.is_finished() => report.ops_kept_open += 1,
-                Ok(_) => {}
-                Err(_) => report.undecodable += 1,
             }
-        }
-        for (key, bytes) in doomed {
-            // A call that changed the record since we read it wins.
-            if journal.compare_and_swap(Space::Ops, &key, Some(&bytes), None)? == Cas::Swapped {
-                report.ops_removed += 1;
-            }
-        }
-        let mut old_steps = Vec::new();
-        for item in journal.scan(Space::Steps, &[]) {
-            let (key, bytes) = item?;
-            match record::decode::<record::StepRecord>(Kind::Step, &bytes, journal.location(), &key)
-            {
-                Ok(step) if step.at_ms < cutoff => old_steps.push(key),
-                Ok(_) => {}
-                Err(_) => report.undecodable += 1,
-            }
-        }
-        for key in old_steps {
-            journal.remove(Space::Steps, &key)?;
-            report.steps_removed += 1;
         }
         // Events are in sequence order, which is time order.
+        journal.sync().await?;
         let mut first_kept = None;
-        for event in AuditLog::read(journal, 0) {
-            let event = event?;
-            if event.at_ms >= cutoff {
-                first_kept = Some(event.seq);
+        let mut from = 0;
+        'pages: loop {
+            let page = AuditLog::read(journal, from, 4096).await?;
+            let Some(last) = page.last().map(|e| e.seq) else {
                 break;
+            };
+            for event in page {
+                if event.at_ms >= cutoff {
+                    first_kept = Some(event.seq);
+                    break 'pages;
+                }
             }
+            from = last + 1;
         }
-        let before = first_kept.unwrap_or(u64::MAX);
-        report.events_removed = journal.truncate(Space::Audit, &before.to_be_bytes())?;
-        journal.sync_blocking()?;
+        let before = match first_kept {
+            Some(seq) => seq,
+            None => from,
+        };
+        report.events_removed = journal.truncate_events(before).await?;
+        journal.sync().await?;
         Ok(report)
     }
 
     /// Bytes the journal uses on disk.
-    pub fn size_on_disk(&self) -> Result<u64, Error> {
-        self.shared.journal.size_on_disk()
+    pub async fn size_on_disk(&self) -> Result<u64, Error> {
+        self.shared.journal.size_on_disk().await
     }
 
-    /// The durable audit stream from sequence number `from` (0: all).
-    pub fn audit(&self, from: u64) -> impl Iterator<Item = Result<AuditEvent, Error>> + '_ {
-        AuditLog::read(&*self.shared.journal, from)
+    /// Makes every write so far durable (events that record no decision
+    /// become durable within a bounded delay on their own).
+    pub async fn sync(&self) -> Result<(), Error> {
+        self.shared.journal.sync().await
+    }
+
+    /// The audit stream from sequence number `from` (0: all), after making
+    /// everything written so far durable: the stream holds only durable
+    /// events.
+    pub async fn audit(&self, from: u64) -> Result<Vec<AuditEvent>, Error> {
+        self.sync().await?;
+        let mut out = Vec::new();
+        AuditLog::for_each(&*self.shared.journal, from, |e| {
+            out.push(e);
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Up to `limit` durable events from `from`, for readers that follow
+    /// the stream page by page (no sync: events appear as they become
+    /// durable).
+    pub async fn audit_page(&self, from: u64, limit: usize) -> Result<Vec<AuditEvent>, Error> {
+        AuditLog::read(&*self.shared.journal, from, limit).await
+    }
+
+    /// Every event about one operation (all its generations), in order.
+    pub async fn history(&self, key: &IdemKey) -> Result<Vec<AuditEvent>, Error> {
+        self.sync().await?;
+        let journal = &*self.shared.journal;
+        let digest = key.digest();
+        journal
+            .events_for(digest)
+            .await?
+            .into_iter()
+            .map(|(seq, bytes)| AuditLog::decode(journal.location(), seq, &bytes))
+            .filter(|e| {
+                e.as_ref().map_or(true, |e| {
+                    e.key
+                        .as_deref()
+                        .and_then(|k| IdemKey::parse(k).ok())
+                        .is_some_and(|k| k.digest() == digest)
+                })
+            })
+            .collect()
     }
 
     /// Writes the audit stream from `from` as JSON lines; returns how many.
-    pub fn export_audit(&self, from: u64, out: &mut dyn Write) -> Result<u64, Error> {
-        AuditLog::export_jsonl(&*self.shared.journal, from, out)
+    pub async fn export_audit(
+        &self,
+        from: u64,
+        out: &mut (dyn Write + Send),
+    ) -> Result<u64, Error> {
+        self.sync().await?;
+        AuditLog::export_jsonl(&*self.shared.journal, from, out).await
     }
 
     /// Live audit events from now on.
@@ -380,8 +711,9 @@ impl Runtime {
 
     /// Per-tool counts derived from the whole audit stream (plus read-only
     /// calls made by this process, which are not journaled).
-    pub fn stats(&self) -> Result<Stats, Error> {
-        self.shared.audit.stats(&*self.shared.journal)
+    pub async fn stats(&self) -> Result<Stats, Error> {
+        self.sync().await?;
+        self.shared.audit.stats(&*self.shared.journal).await
     }
 }
 
@@ -406,19 +738,13 @@ pub struct PruneReport {
     pub undecodable: u64,
 }
 
-pub(crate) fn escalation_of(digest: &[u8], rec: &OpRecord) -> Result<Escalation, Error> {
-    let digest: [u8; 32] = digest.try_into().map_err(|_| Error::Corrupt {
-        what: "escalation index",
-        location: String::new(),
-        key: crate::key::hex(digest),
-        detail: "key is not a 32-byte digest".into(),
-    })?;
+pub(crate) fn escalation_of(digest: &Digest, rec: &OpRecord) -> Escalation {
     let esc = rec.escalation.clone().unwrap_or(record::EscalationInfo {
         reason: String::new(),
         at_ms: rec.updated_ms,
     });
-    Ok(Escalation {
-        key: IdemKey::from_parts(&rec.tool, digest, rec.generation),
+    Escalation {
+        key: IdemKey::from_parts(&rec.tool, *digest, rec.generation),
         tool: rec.tool.clone(),
         class: rec.class,
         root_run: rec.root_run.clone(),
@@ -430,52 +756,46 @@ pub(crate) fn escalation_of(digest: &[u8], rec: &OpRecord) -> Result<Escalation,
         verify_answer: rec.verify_answer.clone(),
         first_attempt_ms: rec.first_attempt_ms,
         escalated_ms: esc.at_ms,
-    })
-}
-
-/// Calls in flight in this process, by key digest. The leader holds a
-/// [`Slot`]; others wait for it to be dropped, which happens when the call
-/// ends *or* when its future is dropped, so no waiter outlives its leader.
-#[derive(Default)]
-pub(crate) struct InFlight {
-    slots: Mutex<HashMap<[u8; 32], watch::Receiver<()>>>,
-}
-
-pub(crate) enum Entry<'a> {
-    Leader(Slot<'a>),
-    Busy(watch::Receiver<()>),
-}
-
-pub(crate) struct Slot<'a> {
-    table: &'a InFlight,
-    digest: [u8; 32],
-    _tx: watch::Sender<()>,
-}
-
-impl InFlight {
-    pub(crate) fn enter(&self, digest: &[u8; 32]) -> Entry<'_> {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(rx) = slots.get(digest) {
-            return Entry::Busy(rx.clone());
-        }
-        let (tx, rx) = watch::channel(());
-        slots.insert(*digest, rx);
-        Entry::Leader(Slot {
-            table: self,
-            digest: *digest,
-            _tx: tx,
-        })
     }
 }
 
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        // Leave the table before the sender drops, so a woken waiter finds
-        // the slot free.
-        self.table
-            .slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.digest);
+fn operation_of(digest: &Digest, loaded: &Loaded, rec: &OpRecord) -> Operation {
+    let (result, via) = match &rec.state {
+        State::Committed { result, via } => (
+            Some(codec::to_json(&result.0)),
+            Some(via.label().to_string()),
+        ),
+        _ => (None, None),
+    };
+    let error = match &rec.state {
+        State::Rejected { error } | State::Failed { error } => Some(error.clone()),
+        _ => None,
+    };
+    Operation {
+        key: IdemKey::from_parts(&rec.tool, *digest, rec.generation),
+        tool: rec.tool.clone(),
+        class: rec.class,
+        root_run: rec.root_run.clone(),
+        scope: rec.scope.clone(),
+        state: rec.state.name().to_string(),
+        generation: rec.generation,
+        attempts: rec.attempts,
+        maybe_landed: rec.maybe_landed,
+        args: serde_json::from_str(&rec.args).unwrap_or(serde_json::Value::Null),
+        result,
+        committed_via: via,
+        error,
+        last_error: rec.last_error.clone(),
+        verify_answer: rec.verify_answer.clone(),
+        escalation_reason: rec.escalation.as_ref().map(|e| e.reason.clone()),
+        resolution: rec.resolution.as_ref().map(|r| ResolutionView {
+            kind: r.kind.clone(),
+            note: r.note.clone(),
+            at_ms: r.at_ms,
+            amendments: r.amendments,
+        }),
+        first_attempt_ms: rec.first_attempt_ms,
+        updated_ms: rec.updated_ms,
+        claimed_by: loaded.claim.as_ref().map(|c| c.owner.to_string()),
     }
 }

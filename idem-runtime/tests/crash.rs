@@ -87,10 +87,10 @@ fn worker(role: &str, class: Class, journal: PathBuf, ledger: PathBuf) {
             Err(ToolError::Escalated { .. }) => println!("RESULT escalated"),
             Err(e) => println!("RESULT error {e:?}"),
         }
-        let verified = runtime
-            .audit(0)
-            .filter_map(Result::ok)
-            .any(|e| matches!(e.kind, EventKind::Verified { ref verdict } if verdict == "landed"));
+        let verified =
+            runtime.audit(0).await.unwrap_or_default().into_iter().any(
+                |e| matches!(e.kind, EventKind::Verified { ref verdict } if verdict == "landed"),
+            );
         println!("VERIFIED {verified}");
     };
     rt.block_on(async move {
@@ -176,7 +176,12 @@ fn sigkill_after_the_effect_before_the_commit() {
         // before its provider call) and the recovery after them, each under
         // its own sequence number.
         let rt = Runtime::open(&journal).unwrap();
-        let events: Vec<_> = rt.audit(0).map(Result::unwrap).collect();
+        let events: Vec<_> = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(rt.audit(0))
+            .unwrap();
         let kinds: Vec<_> = events.iter().map(|e| &e.kind).collect();
         assert!(
             matches!(kinds[0], EventKind::Intent { .. }),

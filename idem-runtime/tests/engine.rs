@@ -24,12 +24,27 @@ fn verify_for(class: Class) -> VerifyMode {
     }
 }
 
-fn events(rt: &Runtime) -> Vec<EventKind> {
-    rt.audit(0).map(|e| e.unwrap().kind).collect()
+async fn events(rt: &Runtime) -> Vec<EventKind> {
+    rt.audit(0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
 }
 
-fn count(rt: &Runtime, pred: impl Fn(&EventKind) -> bool) -> usize {
-    events(rt).iter().filter(|k| pred(k)).count()
+async fn count(rt: &Runtime, pred: impl Fn(&EventKind) -> bool) -> usize {
+    events(rt).await.iter().filter(|k| pred(k)).count()
+}
+
+async fn ops(rt: &Runtime) -> Vec<idem_runtime::journal::Loaded> {
+    rt.journal()
+        .scan(Space::Ops, None, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -59,9 +74,13 @@ async fn none_read_only_runs_without_journal() {
     assert_eq!(out.unwrap(), 7);
     assert_eq!(*calls.lock().unwrap(), 1);
     assert_eq!(p.calls(), 0);
-    assert_eq!(rt.journal().scan(Space::Ops, &[]).count(), 0, "no record");
-    assert_eq!(rt.audit(0).count(), 0, "no durable event for a plain read");
-    assert_eq!(rt.stats().unwrap().tools["lookup"].calls, 1);
+    assert_eq!(ops(&rt).await.len(), 0, "no record");
+    assert_eq!(
+        rt.audit(0).await.unwrap().len(),
+        0,
+        "no durable event for a plain read"
+    );
+    assert_eq!(rt.stats().await.unwrap().tools["lookup"].calls, 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -82,10 +101,7 @@ async fn none_intent_is_durable_before_the_provider_is_called() {
             .iter()
             .position(|l| l.starts_with("provider call"))
             .unwrap();
-        let intent_at = log
-            .iter()
-            .position(|l| l.ends_with("compare_and_swap ops"))
-            .unwrap();
+        let intent_at = log.iter().position(|l| l.ends_with("create ops")).unwrap();
         let synced = |l: &&String| l.starts_with("sync ");
         let sync_at = log.iter().position(|l| synced(&l)).unwrap();
         // The INTENT's sync has completed (it is logged on completion)
@@ -113,7 +129,7 @@ async fn committed_is_replayed_without_calling() {
         let again = call(&ctx, t, &p, 1, "a", verify_for(class)).await.unwrap();
         assert_eq!(first, again);
         assert_eq!(p.calls(), 1, "{class}");
-        assert_eq!(count(&rt, |k| *k == EventKind::DedupeHit), 1);
+        assert_eq!(count(&rt, |k| *k == EventKind::DedupeHit).await, 1);
         // A different key field is a different operation.
         call(&ctx, t, &p, 2, "a", verify_for(class)).await.unwrap();
         assert_eq!(p.calls(), 2);
@@ -288,7 +304,7 @@ async fn dead_owner_provider_reruns_with_the_same_key() {
     assert_eq!(reqs[0].0, reqs[1].0, "same key on the re-run");
     assert_eq!(reqs[1].1, 2, "the attempt count survived the crash");
     assert_eq!(p.effects(), 1);
-    let evs = events(&rt);
+    let evs = events(&rt).await;
     assert!(evs
         .iter()
         .any(|k| matches!(k, EventKind::Recovered { state, attempts: 1 } if state == "intent")));
@@ -343,7 +359,7 @@ async fn dead_owner_journal_verify_landed_commits_without_rerun() {
     // Committed for good: later calls replay.
     call1(&rt, t, &p, VerifyMode::Provider).await.unwrap();
     assert_eq!(p.calls(), 1);
-    let evs = events(&rt);
+    let evs = events(&rt).await;
     assert!(evs
         .iter()
         .any(|k| matches!(k, EventKind::Verified { verdict } if verdict == "landed")));
@@ -407,7 +423,7 @@ async fn dead_owner_journal_verify_unknown_error_or_none_escalates() {
         };
         assert!(reason.contains(expect), "{reason}");
         assert_eq!(p.calls(), 1);
-        let esc = rt.escalations().unwrap();
+        let esc = rt.escalations().await.unwrap();
         assert_eq!(esc.len(), 1);
         assert!(esc[0].verify_answer.is_some());
     }
@@ -428,7 +444,7 @@ async fn dead_owner_at_most_once_escalates_with_evidence() {
     };
     assert!(reason.contains("never re-runs"), "{reason}");
     assert_eq!(p.calls(), 1);
-    let esc = rt.escalations().unwrap();
+    let esc = rt.escalations().await.unwrap();
     assert_eq!(esc.len(), 1);
     let e = &esc[0];
     assert_eq!(e.key, key);
@@ -515,19 +531,56 @@ async fn resolved_landed_replays_the_operators_result() {
         Resolution::Landed(Some(serde_json::json!("wire-77"))),
         "bank confirmed",
     )
+    .await
     .unwrap();
-    assert!(rt.escalations().unwrap().is_empty());
+    assert!(rt.escalations().await.unwrap().is_empty());
     let out = call1(&rt, tool("t", Class::AtMostOnce), &p, VerifyMode::None).await;
     assert_eq!(out.unwrap(), "wire-77");
     assert_eq!(p.calls(), 1);
-    assert!(events(&rt).iter().any(|k| matches!(k,
+    assert!(events(&rt).await.iter().any(|k| matches!(k,
         EventKind::Resolved { resolution, note } if resolution == "landed" && note == "bank confirmed")));
-    // Resolving twice is refused: it is no longer escalated.
-    let again = rt.resolve(&key, Resolution::Abandon, "oops").unwrap_err();
-    assert!(
-        matches!(again, idem_runtime::Error::NotEscalated { .. }),
-        "{again}"
+    // A resolution that proves wrong is amended, with its own event, and
+    // later calls follow the amended one.
+    rt.resolve(
+        &key,
+        Resolution::Landed(Some(serde_json::json!("wire-78"))),
+        "wrong statement line; it was 78",
+    )
+    .await
+    .unwrap();
+    let out = call1(&rt, tool("t", Class::AtMostOnce), &p, VerifyMode::None).await;
+    assert_eq!(out.unwrap(), "wire-78");
+    assert!(events(&rt).await.iter().any(|k| matches!(k,
+        EventKind::Amended { previous, resolution, .. } if previous == "landed" && resolution == "landed")));
+    let op = rt.operation(&key).await.unwrap().unwrap();
+    assert_eq!(op.resolution.unwrap().amendments, 1);
+    assert_eq!(p.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn resolve_refuses_what_no_operator_decided() {
+    let dir = TempDir::new().unwrap();
+    let rt = open(dir.path());
+    let p = Provider::new(&[]);
+    let t = tool("t", Class::Journal);
+    call1(&rt, t, &p, VerifyMode::Provider).await.unwrap();
+    let k = key(&rt.run("run"), t, 1);
+    for resolution in [
+        Resolution::Landed(Some(serde_json::json!("other"))),
+        Resolution::Reissue,
+        Resolution::Abandon,
+    ] {
+        let err = rt.resolve(&k, resolution, "no").await.unwrap_err();
+        assert!(
+            matches!(&err, idem_runtime::Error::NotEscalated { state, .. } if state == "committed"),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        call1(&rt, t, &p, VerifyMode::Provider).await.unwrap(),
+        "done:a"
     );
+    assert_eq!(p.calls(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -537,6 +590,7 @@ async fn resolved_reissue_runs_again() {
     let p = Provider::new(&[]);
     let key = escalated_op(&rt, &p).await;
     rt.resolve(&key, Resolution::Reissue, "bank says nothing arrived")
+        .await
         .unwrap();
     let out = call1(&rt, tool("t", Class::AtMostOnce), &p, VerifyMode::None).await;
     assert_eq!(out.unwrap(), "done:a");
@@ -550,6 +604,7 @@ async fn resolved_abandon_is_abandoned() {
     let p = Provider::new(&[]);
     let key = escalated_op(&rt, &p).await;
     rt.resolve(&key, Resolution::Abandon, "customer cancelled")
+        .await
         .unwrap();
     let err = call1(&rt, tool("t", Class::AtMostOnce), &p, VerifyMode::None)
         .await
@@ -564,7 +619,7 @@ async fn resolve_unknown_key_is_an_error() {
     let rt = open(dir.path());
     let ctx = rt.run("run");
     let k = key(&ctx, tool("t", Class::Journal), 1);
-    let err = rt.resolve(&k, Resolution::Reissue, "").unwrap_err();
+    let err = rt.resolve(&k, Resolution::Reissue, "").await.unwrap_err();
     assert!(
         matches!(err, idem_runtime::Error::UnknownKey { .. }),
         "{err}"
@@ -598,7 +653,10 @@ async fn not_sent_backs_off_and_retries_in_every_class() {
         assert_eq!(p.calls(), 3);
         // Temporal's defaults without jitter: 1 s, then 2 s.
         assert_eq!(started.elapsed().as_secs(), 3, "{class}");
-        assert_eq!(count(&rt, |k| matches!(k, EventKind::Retry { .. })), 2);
+        assert_eq!(
+            count(&rt, |k| matches!(k, EventKind::Retry { .. })).await,
+            2
+        );
     }
 }
 
@@ -720,7 +778,7 @@ async fn ambiguous_journal_verifies_before_rerunning() {
     assert_eq!(out.unwrap(), "done:a");
     assert_eq!(p.calls(), 2);
     assert_eq!(p.effects(), 1);
-    let evs = events(&rt);
+    let evs = events(&rt).await;
     let verified = evs
         .iter()
         .position(|k| matches!(k, EventKind::Verified { .. }))
@@ -756,7 +814,7 @@ async fn ambiguous_at_most_once_escalates_and_never_retries() {
     assert!(reason.contains("never retries"), "{reason}");
     assert_eq!(p.calls(), 1);
     assert_eq!(
-        rt.escalations().unwrap()[0].last_error.as_deref(),
+        rt.escalations().await.unwrap()[0].last_error.as_deref(),
         Some("Timeout")
     );
 }
@@ -778,7 +836,7 @@ async fn semantic_read_only_is_returned_without_journal() {
     .await;
     assert!(matches!(out, Err(ToolError::Tool(TestError::Declined))));
     assert_eq!(*n.lock().unwrap(), 1);
-    assert_eq!(rt.journal().scan(Space::Ops, &[]).count(), 0);
+    assert_eq!(ops(&rt).await.len(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -795,7 +853,10 @@ async fn semantic_records_rejected_and_returns_it() {
             "{class}: {err:?}"
         );
         assert_eq!(p.calls(), 1);
-        assert_eq!(count(&rt, |k| matches!(k, EventKind::Rejected { .. })), 1);
+        assert_eq!(
+            count(&rt, |k| matches!(k, EventKind::Rejected { .. })).await,
+            1
+        );
     }
 }
 
@@ -863,7 +924,10 @@ async fn budget_spent_provably_not_landed_fails_with_the_last_error() {
             "{class}: {err:?}"
         );
         assert_eq!(p.calls(), 2);
-        assert_eq!(count(&rt, |k| matches!(k, EventKind::Failed { .. })), 1);
+        assert_eq!(
+            count(&rt, |k| matches!(k, EventKind::Failed { .. })).await,
+            1
+        );
         // Failed means nothing landed: the next call starts a fresh budget.
         let out = call1(&rt, t, &p, verify_for(class)).await;
         assert_eq!(out.unwrap(), "done:a");
@@ -1047,7 +1111,8 @@ async fn drift_replays_with_an_event_or_is_rejected() {
             EventKind::ArgsDrift {
                 policy: OnDrift::Replay
             }
-        )),
+        ))
+        .await,
         1
     );
 
@@ -1092,11 +1157,10 @@ async fn redacted_arguments_never_reach_the_journal() {
     .await
     .unwrap_err();
     assert!(matches!(err, ToolError::Escalated { .. }));
-    let esc = &rt.escalations().unwrap()[0];
+    let esc = &rt.escalations().await.unwrap()[0];
     assert_eq!(esc.args["card"], "<redacted>");
-    for item in rt.journal().scan(Space::Ops, &[]) {
-        let (_, v) = item.unwrap();
-        assert!(!String::from_utf8_lossy(&v).contains(secret));
+    for rec in ops(&rt).await {
+        assert!(!String::from_utf8_lossy(&rec.body).contains(secret));
     }
 }
 

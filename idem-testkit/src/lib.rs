@@ -64,7 +64,7 @@ pub use email::{EmailClient, EmailMessage, EmailOp, SentMessage, KEY_HEADER};
 pub use error::{ApiError, ProviderError};
 pub use faults::{Chaos, Fault, FaultControl, Gate, Stage};
 pub use http::HttpResponse;
-pub use journal::{FaultyJournal, StorageFault};
+pub use journal::{overwrite_record, FaultyJournal, MemJournal, StorageFault};
 pub use ledger::{Duplicate, Effect};
 pub use payments::{
     Charge, ChargeOutcome, ChargeRecord, ChargeRequest, OrderId, PaymentsClient, PaymentsConfig,

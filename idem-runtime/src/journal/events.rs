@@ -1,21 +1,29 @@
-//! How the sled journal stores the audit stream: events are appended in
-//! memory (and to the write-ahead log, which makes them durable), then moved
-//! into sled by the flusher as one value per batch, keyed by the batch's
-//! first sequence number.
+//! How the sled journal stores the audit stream: events in *buckets* of
+//! [`BUCKET`] consecutive sequence numbers, one sled value per bucket keyed
+//! by its first number (big-endian).
 //!
 //! sled splits a leaf every 16 entries; one insert per event made audit
-//! appends the most expensive part of a call. One insert per batch moves that
-//! work off the caller's path and shares it among every event of a group
-//! commit.
+//! appends the most expensive part of a call. A bucket is written once per
+//! checkpoint instead. The bucket of an event is a function of its number
+//! alone, so applying the same events twice (a checkpoint cut short, then
+//! replayed) lands them in the same place: idempotent by construction.
 //!
-//! Batch value: frames `[seq: u64 BE][length: u32 LE][event bytes]`.
+//! Bucket value: frames `[seq: u64 BE][length: u32 LE][event bytes]`, in
+//! sequence order.
 
-use crate::error::Error;
+/// Sequence numbers per bucket: small enough that a bucket stays far below
+/// sled's blob threshold (≈128 KiB per page) with typical events.
+pub(super) const BUCKET: u64 = 32;
 
 /// One event: its sequence number and its bytes.
 pub(super) type Event = (u64, Vec<u8>);
 
-pub(super) fn encode_batch(events: &[Event]) -> Vec<u8> {
+/// The key of the bucket holding `seq`.
+pub(super) fn bucket_of(seq: u64) -> u64 {
+    seq - seq % BUCKET
+}
+
+pub(super) fn encode_bucket(events: &[Event]) -> Vec<u8> {
     let mut out = Vec::with_capacity(events.iter().map(|e| 12 + e.1.len()).sum());
     for (seq, bytes) in events {
         out.extend_from_slice(&seq.to_be_bytes());
@@ -25,7 +33,8 @@ pub(super) fn encode_batch(events: &[Event]) -> Vec<u8> {
     out
 }
 
-pub(super) fn decode_batch(mut bytes: &[u8]) -> Result<Vec<Event>, String> {
+/// Decodes a bucket; anything but a whole sequence of frames is an error.
+pub(super) fn decode_bucket(mut bytes: &[u8]) -> Result<Vec<Event>, String> {
     let mut events = Vec::new();
     while !bytes.is_empty() {
         if bytes.len() < 12 {
@@ -39,63 +48,24 @@ pub(super) fn decode_batch(mut bytes: &[u8]) -> Result<Vec<Event>, String> {
                 bytes.len() - 12
             )
         })?;
+        if events.last().is_some_and(|(prev, _): &Event| *prev >= seq) {
+            return Err(format!("event {seq} out of order"));
+        }
         events.push((seq, body.to_vec()));
         bytes = &bytes[12 + len..];
     }
     Ok(events)
 }
 
-/// The highest sequence number stored in `tree`.
-pub(super) fn last_seq(tree: &sled::Tree) -> Result<Option<u64>, String> {
-    match tree.last().map_err(|e| e.to_string())? {
-        None => Ok(None),
-        Some((_, v)) => Ok(decode_batch(&v)?.last().map(|e| e.0)),
+/// Inserts `new` (sorted) into `bucket` (sorted), keeping one copy of each
+/// sequence number.
+pub(super) fn merge(bucket: &mut Vec<Event>, new: impl IntoIterator<Item = Event>) {
+    for e in new {
+        match bucket.binary_search_by_key(&e.0, |x| x.0) {
+            Ok(_) => {}
+            Err(i) => bucket.insert(i, e),
+        }
     }
-}
-
-/// Events from `from` on: those in sled, then the in-memory tail. Events of
-/// the tail that the flusher has meanwhile copied into sled are read once.
-pub(super) fn scan(
-    tree: &sled::Tree,
-    tail: Vec<Event>,
-    from: u64,
-    location: String,
-) -> impl Iterator<Item = Result<(Vec<u8>, Vec<u8>), Error>> + Send {
-    let tail_first = tail.first().map_or(u64::MAX, |e| e.0);
-    // The batch that holds `from` starts at or before it.
-    let start = tree
-        .range(..=from.to_be_bytes())
-        .next_back()
-        .and_then(Result::ok)
-        .map_or_else(|| from.to_be_bytes().to_vec(), |(k, _)| k.to_vec());
-    let stored = tree.range(start..).flat_map(move |item| {
-        let batch = item
-            .map_err(|e| Error::storage("scan audit", &location, e))
-            .and_then(|(k, v)| {
-                decode_batch(&v).map_err(|detail| Error::Corrupt {
-                    what: "audit batch",
-                    location: location.clone(),
-                    key: crate::key::hex(&k),
-                    detail,
-                })
-            });
-        let events: Vec<Result<Event, Error>> = match batch {
-            Ok(events) => events.into_iter().map(Ok).collect(),
-            Err(e) => vec![Err(e)],
-        };
-        events
-    });
-    stored
-        .filter(move |e| {
-            e.as_ref()
-                .map_or(true, |(seq, _)| *seq >= from && *seq < tail_first)
-        })
-        .chain(
-            tail.into_iter()
-                .filter(move |(seq, _)| *seq >= from)
-                .map(Ok),
-        )
-        .map(|e| e.map(|(seq, bytes)| (seq.to_be_bytes().to_vec(), bytes)))
 }
 
 #[cfg(test)]
@@ -103,41 +73,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn batches_round_trip_and_reject_garbage() {
+    fn buckets_round_trip() {
         let events = vec![(7, b"abc".to_vec()), (9, vec![]), (10, vec![1; 300])];
-        let bytes = encode_batch(&events);
-        assert_eq!(decode_batch(&bytes).unwrap(), events);
-        for cut in 1..bytes.len() {
-            let decoded = decode_batch(&bytes[..cut]);
-            // A cut exactly at an event boundary is a shorter valid batch.
-            if let Ok(prefix) = decoded {
-                assert!(prefix.len() < events.len() && events.starts_with(&prefix));
+        assert_eq!(decode_bucket(&encode_bucket(&events)).unwrap(), events);
+        assert_eq!(decode_bucket(&[]).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn every_cut_inside_an_event_is_rejected() {
+        let events = vec![(7, b"abc".to_vec()), (9, vec![]), (10, vec![1; 300])];
+        let bytes = encode_bucket(&events);
+        let boundaries = [0, 15, 27, bytes.len()];
+        for cut in 0..bytes.len() {
+            let decoded = decode_bucket(&bytes[..cut]);
+            if let Some(i) = boundaries.iter().position(|&b| b == cut) {
+                // A cut exactly between events is a shorter valid bucket.
+                assert_eq!(decoded.unwrap(), events[..i].to_vec(), "cut at {cut}");
+            } else {
+                assert!(decoded.is_err(), "cut at {cut} must be rejected");
             }
         }
     }
 
     #[test]
-    fn scan_joins_stored_and_tail_without_gaps_or_repeats() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let db = sled::open(dir.path()).unwrap();
-        let tree = db.open_tree("audit").unwrap();
-        let ev = |s: u64| (s, s.to_be_bytes().to_vec());
-        tree.insert(1u64.to_be_bytes(), encode_batch(&[ev(1), ev(2), ev(3)]))
-            .unwrap();
-        tree.insert(5u64.to_be_bytes(), encode_batch(&[ev(5), ev(6)]))
-            .unwrap();
-        // The tail's first events were already copied into sled (5, 6).
-        let tail = vec![ev(5), ev(6), ev(8)];
-        let seqs = |from| -> Vec<u64> {
-            scan(&tree, tail.clone(), from, "mem".into())
-                .map(|e| u64::from_be_bytes(e.unwrap().0.try_into().unwrap()))
-                .collect()
-        };
-        assert_eq!(seqs(0), [1, 2, 3, 5, 6, 8]);
-        assert_eq!(seqs(2), [2, 3, 5, 6, 8]);
-        assert_eq!(seqs(4), [5, 6, 8]);
-        assert_eq!(seqs(7), [8]);
-        assert_eq!(seqs(9), Vec::<u64>::new());
-        assert_eq!(last_seq(&tree).unwrap(), Some(6));
+    fn out_of_order_frames_are_rejected() {
+        let bytes = encode_bucket(&[(9, vec![]), (7, vec![])]);
+        assert!(decode_bucket(&bytes).is_err());
+    }
+
+    #[test]
+    fn merging_is_idempotent() {
+        let mut bucket = vec![(1, vec![1]), (3, vec![3])];
+        merge(&mut bucket, vec![(2, vec![2]), (3, vec![3])]);
+        merge(&mut bucket, vec![(2, vec![2])]);
+        assert_eq!(bucket, vec![(1, vec![1]), (2, vec![2]), (3, vec![3])]);
+        assert_eq!(bucket_of(33), 32);
+        assert_eq!(bucket_of(31), 0);
     }
 }

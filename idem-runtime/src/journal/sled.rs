@@ -1,31 +1,56 @@
-//! The embedded journal: sled 0.34 holds the state, one tree per
-//! [`Space`]; a write-ahead log (`wal.rs`) makes it durable with one
-//! fdatasync per group commit.
+//! The embedded journal: sled 0.34 holds the state as of the last
+//! checkpoint, a write-ahead log (`wal.rs`) everything since, and the
+//! store (`store.rs`) serves both.
+//!
+//! Opening, in order, changes nothing until it knows the directory is a
+//! journal of this format and its log is readable:
+//! 1. the directory: created `0700` if missing; refused if it holds files a
+//!    journal never has; a warning if others can read it;
+//! 2. `idem-meta`: written first when the journal is created, so a
+//!    directory without it holds nothing acknowledged; a newer format is
+//!    refused untouched;
+//! 3. the log segments since the last checkpoint, read under the damage
+//!    rules (only a torn tail of the newest segment may be dropped);
+//! 4. sled, then the segments applied to it, then sled's content checked
+//!    against the checkpoint's digest plus the segments' changes (see
+//!    `digest.rs`): damage in sled's files is an error, never absence;
+//! 5. a checkpoint, after which the old segments go, and a fresh segment.
 
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::oneshot;
-
-use super::events;
-use super::wal::{self, Entry, Waiter, Wal};
-use super::{Cas, Journal, ScanIter, Space, SyncFuture};
+use super::apply::{self, Trees};
+use super::digest::Digest as ContentDigest;
+use super::files::{self, Checkpoint, Meta};
+use super::store::{Store, Tuning};
+use super::wal::{self, Tree, Unit};
+use super::{
+    BoxFuture, Digest, Durability, EventRows, Journal, Loaded, Local, NewEvent, Space, Write,
+    Written,
+};
 use crate::error::Error;
-use crate::record::{self, Kind, Meta};
+use crate::record::Kind;
 
 /// Options of [`SledJournal::open_with`].
 #[derive(Debug, Clone)]
 pub struct SledOptions {
     /// sled's page cache size in bytes. Bounds the journal's memory whatever
-    /// the number of records.
+    /// the number of records (plus the changes since the last checkpoint,
+    /// at most about `checkpoint_bytes`).
     pub cache_capacity: u64,
     /// How often sled writes its buffers in the background. Durability
-    /// does not depend on it (the write-ahead log provides it), so the
-    /// default is never: sled then writes when a buffer fills and at each
-    /// checkpoint, and its writes stop competing with the log's fdatasyncs
-    /// for the device (15 % off a fresh call here).
+    /// never depends on it (the write-ahead log provides it, and sled only
+    /// receives changes at checkpoints), so the default is never.
     pub flush_every_ms: Option<u64>,
+    /// A checkpoint moves the log into sled once the current log segment
+    /// holds this many bytes (default 32 MiB).
+    pub checkpoint_bytes: u64,
+    /// Writes made with [`Durability::Eventual`] (dedupe hits, retries,
+    /// verify verdicts...) are durable at the latest this long after they
+    /// are made (default 100 ms), or once 1 MiB of them is pending.
+    pub eventual_delay: Duration,
 }
 
 impl Default for SledOptions {
@@ -33,6 +58,8 @@ impl Default for SledOptions {
         SledOptions {
             cache_capacity: 64 << 20,
             flush_every_ms: None,
+            checkpoint_bytes: 32 << 20,
+            eventual_delay: Duration::from_millis(100),
         }
     }
 }
@@ -41,17 +68,15 @@ impl Default for SledOptions {
 ///
 /// sled holds an exclusive lock on the directory's data file: one process
 /// (and one open journal) per directory; a second gets [`Error::InUse`].
+/// Runtimes that share one open `SledJournal` (through
+/// `Runtime::builder().journal(..)`) share its table of calls in flight, so
+/// none of them mistakes another's live call for a crash.
 pub struct SledJournal {
     /// `None` only while dropping.
-    open: Option<Open>,
+    store: Option<Arc<Store>>,
+    local: Local,
     location: String,
     path: PathBuf,
-}
-
-struct Open {
-    db: sled::Db,
-    trees: Vec<sled::Tree>,
-    wal: Arc<Wal>,
 }
 
 impl std::fmt::Debug for SledJournal {
@@ -62,13 +87,21 @@ impl std::fmt::Debug for SledJournal {
     }
 }
 
-/// Files a journal directory holds: sled 0.34's and the log's segments.
+/// Files sled 0.34 keeps in its directory.
+fn is_sled_file(name: &str) -> bool {
+    name == "conf" || name == "db" || name == "blobs" || name.starts_with("snap.")
+}
+
+/// Files a journal directory holds.
 fn is_journal_file(name: &str) -> bool {
-    name == "conf"
-        || name == "db"
-        || name == "blobs"
-        || name.starts_with("snap.")
-        || wal::is_segment(name)
+    is_sled_file(name) || wal::is_segment(name) || files::is_own(name)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 impl SledJournal {
@@ -81,200 +114,177 @@ impl SledJournal {
     pub fn open_with(path: impl AsRef<Path>, options: &SledOptions) -> Result<SledJournal, Error> {
         let path = path.as_ref().to_path_buf();
         let location = path.display().to_string();
+        let storage = |op: &'static str| {
+            let location = location.clone();
+            move |e: std::io::Error| Error::storage(op, &location, e)
+        };
         let not_journal = |detail: String| Error::NotAJournal {
             path: path.clone(),
             detail,
         };
-        let fresh = match fs::read_dir(&path) {
+
+        // 1. The directory.
+        let names = match fs::read_dir(&path) {
             Ok(entries) => {
-                let mut foreign = Vec::new();
-                let mut any = false;
+                let mut names = Vec::new();
                 for entry in entries {
-                    let entry = entry.map_err(|e| Error::storage("open", &location, e))?;
-                    any = true;
-                    let name = entry.file_name().to_string_lossy().into_owned();
-                    if !is_journal_file(&name) {
-                        foreign.push(name);
-                    }
+                    names.push(
+                        entry
+                            .map_err(storage("open"))?
+                            .file_name()
+                            .to_string_lossy()
+                            .into_owned(),
+                    );
                 }
-                if !foreign.is_empty() {
-                    foreign.sort();
-                    foreign.truncate(5);
-                    return Err(not_journal(format!(
-                        "it holds files a journal never has: {}",
-                        foreign.join(", ")
-                    )));
-                }
-                !any
+                names
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                create_private_dir(&path).map_err(storage("create the journal directory"))?;
+                Vec::new()
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
                 return Err(not_journal("it is a file, not a directory".to_string()));
             }
             Err(e) => return Err(Error::storage("open", &location, e)),
         };
-        if !fresh && !path.join("db").is_file() {
-            // sled writes its `conf` before its data file: a process killed
-            // in between leaves a journal whose creation never finished, and
-            // nothing can have been written to it. Log segments without a
-            // data file, though, would mean the data file was lost.
-            let has_segments = fs::read_dir(&path)
-                .map_err(|e| Error::storage("open", &location, e))?
-                .filter_map(Result::ok)
-                .any(|e| wal::is_segment(&e.file_name().to_string_lossy()));
-            if has_segments {
-                return Err(not_journal(
-                    "it has write-ahead log segments but no sled data file".to_string(),
-                ));
-            }
-            // sled writes `conf` in two parts (text, then checksum) and
-            // would refuse a torn one as corrupt; with no data file there is
-            // nothing it could describe, so start over.
-            let _ = fs::remove_file(path.join("conf"));
+        let mut foreign: Vec<&String> = names.iter().filter(|n| !is_journal_file(n)).collect();
+        if !foreign.is_empty() {
+            foreign.sort();
+            foreign.truncate(5);
+            let list: Vec<&str> = foreign.iter().map(|s| s.as_str()).collect();
+            return Err(not_journal(format!(
+                "it holds files a journal never has: {}",
+                list.join(", ")
+            )));
         }
+        warn_if_readable_by_others(&path);
 
-        // sled writes a snapshot as `snap.<lsn>.generating`, then renames
-        // it; a process killed in between leaves the partial file, and sled
-        // 0.34 picks it (it sorts last) and reports the journal corrupt. It
-        // is never anything but garbage: sled rebuilds it from its log.
-        if !fresh {
-            for entry in fs::read_dir(&path)
-                .map_err(|e| Error::storage("open", &location, e))?
-                .filter_map(Result::ok)
-            {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.starts_with("snap.") && name.ends_with(".generating") {
-                    fs::remove_file(entry.path())
-                        .map_err(|e| Error::storage("remove a partial snapshot", &location, e))?;
+        // 2. What the directory is.
+        match files::read::<Meta>(&path, files::META, Kind::Meta)? {
+            Some(meta) => {
+                if meta.magic != files::MAGIC {
+                    return Err(not_journal(format!("its metadata names {:?}", meta.magic)));
+                }
+                if meta.format != files::FORMAT {
+                    return Err(Error::UnsupportedFormat {
+                        path,
+                        found: meta.format,
+                        supported: files::FORMAT,
+                    });
                 }
             }
+            None => {
+                // Written before anything else: without it, nothing was
+                // ever acknowledged here, unless the files are someone
+                // else's (sled's own without our metadata: a foreign
+                // database, or a journal of idem's first format).
+                if names.iter().any(|n| n == "db" || wal::is_segment(n)) {
+                    return Err(not_journal(
+                        "a sled database or write-ahead log without idem metadata (a foreign \
+                         database, or a journal of an older idem format, which this build does \
+                         not read)"
+                            .to_string(),
+                    ));
+                }
+                clear_unfinished_creation(&path)
+                    .map_err(storage("clear an unfinished creation"))?;
+                files::write(
+                    &path,
+                    files::META,
+                    Kind::Meta,
+                    &Meta {
+                        magic: files::MAGIC.to_string(),
+                        format: files::FORMAT,
+                        created_ms: now_ms(),
+                    },
+                )?;
+            }
         }
 
+        // 3. The log since the last checkpoint.
+        let checkpoint = files::read::<Checkpoint>(&path, files::CHECKPOINT, Kind::Checkpoint)?;
+        let segments = wal::segments(&path).map_err(storage("list the write-ahead log"))?;
+        let checkpoint = match checkpoint {
+            Some(cp) => cp,
+            None if segments.is_empty() => {
+                // No open ever finished (the first one writes a checkpoint
+                // before it logs anything): sled's files, if any, hold
+                // nothing acknowledged. Start sled afresh.
+                clear_unfinished_creation(&path)
+                    .map_err(storage("clear an unfinished creation"))?;
+                Checkpoint {
+                    next_lsn: 1,
+                    ..Checkpoint::default()
+                }
+            }
+            None => {
+                return Err(Error::Damaged {
+                    file: path.join(files::CHECKPOINT),
+                    offset: None,
+                    detail: "missing, but write-ahead log segments exist".into(),
+                })
+            }
+        };
+        let units = read_log(&path, &segments, &checkpoint)?;
+        let last_gen = segments
+            .last()
+            .map_or(checkpoint.gen, |s| s.0)
+            .max(checkpoint.gen);
+
+        // 4. sled, the log applied to it, and the check.
         let db = sled::Config::new()
             .path(&path)
             .cache_capacity(options.cache_capacity)
             .flush_every_ms(options.flush_every_ms)
             .open()
             .map_err(|e| map_open_error(e, &path))?;
-
-        let mut trees = Vec::with_capacity(Space::ALL.len());
-        for space in Space::ALL {
-            trees.push(
-                db.open_tree(space.name())
-                    .map_err(|e| Error::storage("open tree", &location, e))?,
-            );
-        }
-        // Whatever the log holds was acknowledged as durable; sled may not
-        // have written all of it before the last process ended.
-        let mut replayed_events = Vec::new();
-        let (last_gen, replayed) = wal::replay(&path, |e| {
-            if e.space == Space::Audit {
-                if let (Ok(seq), Some(v)) = (<[u8; 8]>::try_from(e.key), e.value) {
-                    replayed_events.push((u64::from_be_bytes(seq), v.to_vec()));
-                }
-                return;
-            }
-            let tree = &trees[e.space as usize];
-            let _ = match e.value {
-                Some(v) => tree.insert(e.key, v).map(|_| ()),
-                None => tree.remove(e.key).map(|_| ()),
-            };
-        })
-        .map_err(|e| Error::storage("replay the write-ahead log", &location, e))?;
-        let audit_tree = &trees[Space::Audit as usize];
-        let stored = events::last_seq(audit_tree)
-            .map_err(|e| Error::storage("read the audit stream", &location, e))?;
-        replayed_events.retain(|(seq, _)| stored.is_none_or(|last| *seq > last));
-        for chunk in replayed_events.chunks(4096) {
-            audit_tree
-                .insert(chunk[0].0.to_be_bytes(), events::encode_batch(chunk))
-                .map_err(|e| Error::storage("replay the audit stream", &location, e))?;
-        }
-        let next_seq = replayed_events
-            .last()
-            .map(|e| e.0)
-            .max(stored)
-            .map_or(0, |last| last + 1);
-        let meta_tree = &trees[Space::Meta as usize];
-        match meta_tree
-            .get(b"meta")
-            .map_err(|e| Error::storage("read metadata", &location, e))?
-        {
-            Some(bytes) => {
-                let meta: Meta = record::decode(Kind::Meta, &bytes, &location, b"meta")?;
-                if meta.magic != record::MAGIC {
-                    return Err(not_journal(format!("metadata names {:?}", meta.magic)));
-                }
-                if meta.format != record::FORMAT {
-                    return Err(Error::UnsupportedFormat {
-                        path,
-                        found: meta.format,
-                        supported: record::FORMAT,
-                    });
-                }
-            }
-            None => {
-                // No metadata: either we are creating it, or a creation died
-                // before writing it. Anything else (a foreign sled database)
-                // holds data we must not adopt.
-                let foreign_trees: Vec<String> = db
-                    .tree_names()
-                    .into_iter()
-                    .map(|n| String::from_utf8_lossy(&n).into_owned())
-                    .filter(|n| n != "__sled__default" && !Space::ALL.iter().any(|s| s.name() == n))
-                    .collect();
-                let has_data = !db.is_empty() || trees.iter().any(|t| !t.is_empty());
-                if !fresh && (has_data || !foreign_trees.is_empty()) {
-                    return Err(not_journal(
-                        "a sled database without idem metadata".to_string(),
-                    ));
-                }
-                let meta = Meta {
-                    magic: record::MAGIC.to_string(),
-                    format: record::FORMAT,
-                    created_ms: std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_millis() as u64)
-                        .unwrap_or(0),
-                };
-                meta_tree
-                    .insert(b"meta", record::encode(Kind::Meta, &meta)?)
-                    .map_err(|e| Error::storage("write metadata", &location, e))?;
-                db.flush()
-                    .map_err(|e| Error::storage("flush metadata", &location, e))?;
-            }
+        let trees =
+            Trees::open(db).map_err(|e| Error::storage("open sled's trees", &location, e))?;
+        let applied = apply::apply(&trees, &units)
+            .map_err(|e| Error::storage("replay the write-ahead log", &location, e))?;
+        let mut expected = checkpoint.digest();
+        expected.apply(applied.delta.xor, applied.delta.count);
+        let (found, last_seq) = apply::scan_digest(&trees).map_err(|detail| Error::Damaged {
+            file: path.join("db"),
+            offset: None,
+            detail,
+        })?;
+        if found != expected {
+            return Err(damaged_sled(&path, found, expected));
         }
 
-        let db_file = File::open(path.join("db"))
-            .map_err(|e| Error::storage("open data file", &location, e))?;
-        if last_gen > 0 {
-            // Make what was replayed durable in sled before the segments go.
-            if replayed > 0 {
-                db.flush()
-                    .map_err(|e| Error::storage("flush replayed log", &location, e))?;
-                db_file
-                    .sync_data()
-                    .map_err(|e| Error::storage("flush replayed log", &location, e))?;
-            }
-            wal::remove_up_to(&path, last_gen)
-                .map_err(|e| Error::storage("remove replayed log", &location, e))?;
-        }
-        let wal = Wal::start(
-            &path,
-            last_gen,
-            db.clone(),
-            db_file,
-            trees[Space::Audit as usize].clone(),
-            next_seq,
+        // 5. A checkpoint, then a fresh segment.
+        apply::sync_sled(&path, &trees).map_err(storage("make sled durable"))?;
+        let cp = Checkpoint {
+            gen: last_gen,
+            xor: expected.xor,
+            count: expected.count,
+            next_seq: [checkpoint.next_seq, last_seq.map_or(0, |s| s + 1)]
+                .into_iter()
+                .max()
+                .unwrap_or(0),
+            next_lsn: applied
+                .last_lsn
+                .map_or(checkpoint.next_lsn, |l| (l + 1).max(checkpoint.next_lsn)),
+        };
+        files::write(&path, files::CHECKPOINT, Kind::Checkpoint, &cp)?;
+        wal::remove_up_to(&path, last_gen).map_err(storage("remove replayed log segments"))?;
+        restrict_sled_files(&path);
+        let store = Store::start(
+            path.clone(),
+            location.clone(),
+            trees,
+            cp,
+            Tuning {
+                checkpoint_bytes: options.checkpoint_bytes,
+                eventual_delay: options.eventual_delay,
+                eventual_bytes: 1 << 20,
+            },
         )
-        .map_err(|e| Error::storage("start the write-ahead log", &location, e))?;
-
+        .map_err(storage("start the write-ahead log"))?;
         Ok(SledJournal {
-            open: Some(Open {
-                db,
-                trees,
-                wal: Arc::new(wal),
-            }),
+            store: Some(store),
+            local: Local::default(),
             location,
             path,
         })
@@ -285,22 +295,99 @@ impl SledJournal {
         &self.path
     }
 
-    fn state(&self) -> &Open {
-        self.open
+    fn store(&self) -> &Arc<Store> {
+        self.store
             .as_ref()
             .expect("the journal is open until dropped")
     }
 
-    fn wal(&self) -> &Arc<Wal> {
-        &self.state().wal
+    /// Makes every write so far durable, blocking (for callers outside
+    /// async code).
+    pub fn sync_blocking(&self) -> Result<(), Error> {
+        self.store().barrier_blocking()
     }
+}
 
-    fn tree(&self, space: Space) -> &sled::Tree {
-        &self.state().trees[space as usize]
+fn tree_of(space: Space) -> Tree {
+    match space {
+        Space::Ops => Tree::Ops,
+        Space::Steps => Tree::Steps,
     }
+}
 
-    fn err(&self, op: &'static str, e: impl std::fmt::Display) -> Error {
-        Error::storage(op, &self.location, e)
+/// Reads the segments after the checkpoint, under the damage rules.
+fn read_log(
+    path: &Path,
+    segments: &[(u64, PathBuf)],
+    checkpoint: &Checkpoint,
+) -> Result<Vec<Unit>, Error> {
+    let mut units = Vec::new();
+    let mut expected_gen = checkpoint.gen + 1;
+    let mut min_lsn = checkpoint.next_lsn;
+    let newest = segments.last().map(|s| s.0);
+    for (gen, file) in segments {
+        if *gen <= checkpoint.gen {
+            // Applied by that checkpoint, whose removal of them was cut
+            // short; removed by the checkpoint this open makes.
+            continue;
+        }
+        if *gen != expected_gen {
+            return Err(Error::Damaged {
+                file: wal::segment_path(path, expected_gen),
+                offset: None,
+                detail: format!(
+                    "log segment missing (found generation {gen} after {})",
+                    expected_gen - 1
+                ),
+            });
+        }
+        expected_gen += 1;
+        let bytes = fs::read(file).map_err(|e| {
+            Error::storage("read the write-ahead log", &file.display().to_string(), e)
+        })?;
+        let seg = wal::read_segment(&bytes, *gen, Some(*gen) == newest, min_lsn).map_err(|d| {
+            Error::Damaged {
+                file: file.clone(),
+                offset: Some(d.offset as u64),
+                detail: d.detail,
+            }
+        })?;
+        if seg.torn > 0 {
+            tracing::info!(
+                target: "idem::journal",
+                file = %file.display(),
+                offset = seg.valid_len,
+                bytes = seg.torn,
+                "dropping the torn tail of the newest log segment (never acknowledged)"
+            );
+        }
+        if let Some(u) = seg.units.last() {
+            min_lsn = u.lsn + 1;
+        }
+        units.extend(seg.units);
+    }
+    Ok(units)
+}
+
+fn damaged_sled(path: &Path, found: ContentDigest, expected: ContentDigest) -> Error {
+    let what = match found.count.cmp(&expected.count) {
+        std::cmp::Ordering::Less => format!("{} entries are missing", expected.count - found.count),
+        std::cmp::Ordering::Greater => format!(
+            "{} entries more than recorded",
+            found.count - expected.count
+        ),
+        std::cmp::Ordering::Equal => "entries were changed".to_string(),
+    };
+    Error::Damaged {
+        file: path.join("db"),
+        offset: None,
+        detail: format!(
+            "sled's data does not match the last checkpoint and the write-ahead log: {what} \
+             ({} entries found, {} recorded; digest {:016x}, recorded {:016x}); sled may have \
+             dropped records after damage in its files. Restore the directory from a backup; \
+             nothing was deleted",
+            found.count, expected.count, found.xor, expected.xor
+        ),
     }
 }
 
@@ -311,8 +398,9 @@ fn map_open_error(e: sled::Error, path: &Path) -> Error {
             path: path.to_path_buf(),
         }
     } else if let sled::Error::Corruption { .. } = e {
-        Error::NotAJournal {
-            path: path.to_path_buf(),
+        Error::Damaged {
+            file: path.join("db"),
+            offset: None,
             detail: format!("sled reports corruption: {text}"),
         }
     } else {
@@ -320,370 +408,238 @@ fn map_open_error(e: sled::Error, path: &Path) -> Error {
     }
 }
 
+/// Creates the journal directory, readable by its owner only, durably.
+fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(path)?;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        wal::sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// Removes what a creation cut short may have left (sled's files, stale
+/// temporaries): called only when nothing was ever acknowledged.
+fn clear_unfinished_creation(path: &Path) -> std::io::Result<()> {
+    for entry in fs::read_dir(path)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if is_sled_file(&name) || name.ends_with(".tmp") {
+            if entry.file_type()?.is_dir() {
+                fs::remove_dir_all(entry.path())?;
+            } else {
+                fs::remove_file(entry.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The journal holds every call's arguments: say so when others can read it.
+fn warn_if_readable_by_others(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = fs::metadata(path) {
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                tracing::warn!(
+                    target: "idem::journal",
+                    path = %path.display(),
+                    mode = format!("{mode:o}"),
+                    "the journal directory is accessible to other users, and it holds every \
+                     call's non-redacted arguments; consider `chmod 700`"
+                );
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+}
+
+/// sled creates its files with the default mode; make them the owner's
+/// alone (the directory already is).
+fn restrict_sled_files(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(entries) = fs::read_dir(path) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !is_sled_file(&name) {
+                continue;
+            }
+            let mode = if entry.path().is_dir() { 0o700 } else { 0o600 };
+            let _ = fs::set_permissions(entry.path(), fs::Permissions::from_mode(mode));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+}
+
 impl Journal for SledJournal {
     fn location(&self) -> &str {
         &self.location
     }
 
-    fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
-        self.tree(space)
-            .get(key)
-            .map(|v| v.map(|v| v.to_vec()))
-            .map_err(|e| self.err("read", e))
+    fn local(&self) -> &Local {
+        &self.local
     }
 
-    fn compare_and_swap(
-        &self,
+    fn load<'a>(
+        &'a self,
         space: Space,
-        key: &[u8],
-        expected: Option<&[u8]>,
-        new: Option<&[u8]>,
-    ) -> Result<Cas, Error> {
-        self.compare_and_swap_with_events(space, key, expected, new, &[])
-            .map(|(cas, _)| cas)
+        key: &'a Digest,
+    ) -> BoxFuture<'a, Result<Option<Loaded>, Error>> {
+        let out = self.store().load(tree_of(space), key);
+        Box::pin(std::future::ready(out))
     }
 
-    fn compare_and_swap_with_events(
-        &self,
-        space: Space,
-        key: &[u8],
-        expected: Option<&[u8]>,
-        new: Option<&[u8]>,
-        events: &[Vec<u8>],
-    ) -> Result<(Cas, Vec<u64>), Error> {
-        let tree = self.tree(space);
-        let (outcome, seqs) = self.wal().logged_with_events(
-            || tree.compare_and_swap(key, expected, new),
-            |r| {
-                matches!(r, Ok(Ok(()))).then_some(Entry {
-                    space,
-                    key,
-                    value: new,
-                })
-            },
-            events,
-        );
-        match outcome.map_err(|e| self.err("compare-and-swap", e))? {
-            Ok(()) => Ok((Cas::Swapped, seqs)),
-            Err(conflict) => Ok((
-                Cas::Conflict {
-                    current: conflict.current.map(|v| v.to_vec()),
-                },
-                seqs,
-            )),
-        }
-    }
-
-    fn insert(&self, space: Space, key: &[u8], value: &[u8]) -> Result<(), Error> {
-        let tree = self.tree(space);
-        self.wal()
-            .logged(
-                || tree.insert(key, value),
-                |r| {
-                    r.is_ok().then_some(Entry {
-                        space,
-                        key,
-                        value: Some(value),
-                    })
-                },
-            )
-            .map(|_| ())
-            .map_err(|e| self.err("write", e))
-    }
-
-    fn remove(&self, space: Space, key: &[u8]) -> Result<(), Error> {
-        let tree = self.tree(space);
-        self.wal()
-            .logged(
-                || tree.remove(key),
-                |r| {
-                    r.is_ok().then_some(Entry {
-                        space,
-                        key,
-                        value: None,
-                    })
-                },
-            )
-            .map(|_| ())
-            .map_err(|e| self.err("remove", e))
-    }
-
-    fn append(&self, space: Space, value: &[u8]) -> Result<u64, Error> {
-        if space == Space::Audit {
-            return Ok(self.wal().append_audit(value));
-        }
-        let seq = self
-            .state()
-            .db
-            .generate_id()
-            .map_err(|e| self.err("generate sequence number", e))?;
-        self.insert(space, &seq.to_be_bytes(), value)?;
-        Ok(seq)
-    }
-
-    fn truncate(&self, space: Space, before: &[u8]) -> Result<u64, Error> {
-        let tree = self.tree(space);
-        let mut keys = Vec::new();
-        for key in tree.range(..before.to_vec()).keys() {
-            keys.push(key.map_err(|e| self.err("truncate", e))?);
-        }
-        let mut removed = 0;
-        if space == Space::Audit {
-            // Batch i holds sequence numbers [key i, key i+1): it is wholly
-            // older than `before` only if the next batch starts at or before
-            // it. The last batch below `before` may hold newer events; keep it.
-            let next_after = tree
-                .range(before.to_vec()..)
-                .keys()
-                .next()
-                .transpose()
-                .map_err(|e| self.err("truncate", e))?;
-            for (i, key) in keys.iter().enumerate() {
-                let next = keys.get(i + 1).or(next_after.as_ref());
-                if next.is_some_and(|n| n.as_ref() <= before) {
-                    if let Some(v) = tree.get(key).map_err(|e| self.err("truncate", e))? {
-                        removed += events::decode_batch(&v).map_or(0, |e| e.len() as u64);
-                    }
-                    self.remove(space, key)?;
+    fn write<'a>(&'a self, write: Write<'a>) -> BoxFuture<'a, Result<Written, Error>> {
+        let store = self.store();
+        let outcome = store.write(tree_of(write.space), &write);
+        Box::pin(async move {
+            let written = outcome?;
+            if matches!(written, Written::Done { .. }) {
+                match write.durability {
+                    Durability::Immediate => store.barrier().await?,
+                    Durability::Eventual => store.eventually(),
                 }
             }
-        } else {
-            for key in &keys {
-                self.remove(space, key)?;
-                removed += 1;
-            }
-        }
-        Ok(removed)
-    }
-
-    fn scan(&self, space: Space, from: &[u8]) -> ScanIter<'_> {
-        let location = self.location.clone();
-        if space == Space::Audit {
-            let mut seq = [0u8; 8];
-            let n = from.len().min(8);
-            seq[..n].copy_from_slice(&from[..n]);
-            let tail = self.wal().audit_tail();
-            return Box::new(events::scan(
-                self.tree(space),
-                tail,
-                u64::from_be_bytes(seq),
-                location,
-            ));
-        }
-        Box::new(self.tree(space).range(from.to_vec()..).map(move |item| {
-            item.map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .map_err(|e| Error::storage("scan", &location, e))
-        }))
-    }
-
-    fn sync(&self) -> SyncFuture {
-        let (tx, rx) = oneshot::channel();
-        if self.wal().enqueue(Waiter::Async(tx)) {
-            let wal = self.wal().clone();
-            match tokio::runtime::Handle::try_current() {
-                Ok(handle) => drop(handle.spawn_blocking(move || wal.flush_loop())),
-                // Outside tokio: flush on this thread.
-                Err(_) => wal.flush_loop(),
-            }
-        }
-        let location = self.location.clone();
-        Box::pin(async move {
-            match rx.await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(Error::storage("sync", &location, e)),
-                Err(_) => Err(Error::storage("sync", &location, "the flusher stopped")),
-            }
+            Ok(written)
         })
     }
 
-    fn sync_blocking(&self) -> Result<(), Error> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        if self.wal().enqueue(Waiter::Blocking(tx)) {
-            self.wal().clone().flush_loop();
-        }
-        match rx.recv() {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(self.err("sync", e)),
-            Err(_) => Err(self.err("sync", "the flusher stopped")),
-        }
+    fn changed<'a>(&'a self, _space: Space, _key: &'a Digest, _version: u64) -> BoxFuture<'a, ()> {
+        // Claims here are never live (see `Claim::live`), so the engine
+        // never waits for another process; a poll interval is all this
+        // needs to offer.
+        Box::pin(tokio::time::sleep(Duration::from_millis(50)))
     }
 
-    fn size_on_disk(&self) -> Result<u64, Error> {
-        let open = self.state();
-        let sled = open.db.size_on_disk().map_err(|e| self.err("measure", e))?;
-        Ok(sled + open.wal.size())
+    fn append<'a>(
+        &'a self,
+        events: &'a [NewEvent<'a>],
+        durability: Durability,
+    ) -> BoxFuture<'a, Result<Vec<u64>, Error>> {
+        let store = self.store();
+        let seqs = store.append(events);
+        Box::pin(async move {
+            let seqs = seqs?;
+            match durability {
+                Durability::Immediate => store.barrier().await?,
+                Durability::Eventual => store.eventually(),
+            }
+            Ok(seqs)
+        })
+    }
+
+    fn events<'a>(&'a self, from: u64, limit: usize) -> BoxFuture<'a, Result<EventRows, Error>> {
+        Box::pin(std::future::ready(self.store().events(from, limit)))
+    }
+
+    fn truncate_events(&self, before: u64) -> BoxFuture<'_, Result<u64, Error>> {
+        let store = self.store();
+        Box::pin(async move {
+            let n = store.truncate_events(before)?;
+            store.barrier().await?;
+            Ok(n)
+        })
+    }
+
+    fn escalated(&self) -> BoxFuture<'_, Result<Vec<(Digest, Loaded)>, Error>> {
+        let store = self.store();
+        let out = (|| {
+            let mut out = Vec::new();
+            for key in store.escalated_keys()? {
+                if let Some(rec) = store.load(Tree::Ops, &key)? {
+                    out.push((key, rec));
+                }
+            }
+            Ok(out)
+        })();
+        Box::pin(std::future::ready(out))
+    }
+
+    fn scan<'a>(
+        &'a self,
+        space: Space,
+        after: Option<&'a Digest>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(Digest, Loaded)>, Error>> {
+        Box::pin(std::future::ready(self.store().scan(
+            tree_of(space),
+            after,
+            limit,
+        )))
+    }
+
+    fn remove<'a>(
+        &'a self,
+        space: Space,
+        key: &'a Digest,
+        version: u64,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        let store = self.store();
+        let removed = store.remove(tree_of(space), key, version);
+        Box::pin(async move {
+            let removed = removed?;
+            if removed {
+                store.eventually();
+            }
+            Ok(removed)
+        })
+    }
+
+    fn sync(&self) -> BoxFuture<'_, Result<(), Error>> {
+        let store = self.store();
+        Box::pin(async move { store.barrier().await })
+    }
+
+    fn size_on_disk(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(std::future::ready(self.store().size_on_disk()))
     }
 }
 
 impl Drop for SledJournal {
     fn drop(&mut self) {
-        // Events that need no barrier of their own (dedupe hits, retries)
-        // wait in memory for the next one; a clean close is one.
-        let _ = self.sync_blocking();
-        let Some(open) = self.open.take() else {
+        let Some(store) = self.store.take() else {
             return;
         };
-        // A flusher on the blocking pool holds the log (and through it a
-        // handle on the database): wait until it has let go.
-        open.wal.wait_idle();
-        while Arc::strong_count(&open.wal) > 1 {
-            std::thread::yield_now();
+        // Eventual writes wait in memory for a barrier; a clean close is
+        // one. An error here (a broken log, a full disk) is reported, and
+        // the next open recovers from what is durable.
+        if let Err(e) = store.barrier_blocking() {
+            tracing::warn!(target: "idem::journal", location = %self.location, error = %e, "closing: the last writes could not be made durable");
         }
-        drop(open);
+        store.join_checkpointer();
+        // A flusher on the blocking pool holds the store (and through it
+        // sled): wait until it has let go.
+        store.wait_idle();
+        for _ in 0..10_000 {
+            if Arc::strong_count(&store) == 1 {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        drop(store);
         // sled's I/O threads may still hold its data file for a moment after
         // the last handle is gone. Wait (briefly, boundedly) until its lock
         // is free, so that dropping the journal means it can be reopened.
         let data = self.path.join("db");
         for _ in 0..2000 {
-            match File::open(&data).map(|f| f.try_lock()) {
+            match fs::File::open(&data).map(|f| f.try_lock()) {
                 Ok(Ok(())) | Err(_) => return,
-                Ok(Err(_)) => std::thread::sleep(std::time::Duration::from_millis(1)),
+                Ok(Err(_)) => std::thread::sleep(Duration::from_millis(1)),
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unknown_format_version_is_refused_and_left_alone() {
-        let dir = tempfile::TempDir::new().unwrap();
-        {
-            let j = SledJournal::open(dir.path()).unwrap();
-            let meta = Meta {
-                magic: record::MAGIC.to_string(),
-                format: record::FORMAT + 1,
-                created_ms: 0,
-            };
-            j.insert(
-                Space::Meta,
-                b"meta",
-                &record::encode(Kind::Meta, &meta).unwrap(),
-            )
-            .unwrap();
-            j.sync_blocking().unwrap();
-        }
-        let err = SledJournal::open(dir.path()).unwrap_err();
-        assert!(
-            matches!(err, Error::UnsupportedFormat { found, supported, .. } if found == record::FORMAT + 1 && supported == record::FORMAT),
-            "{err}"
-        );
-        assert!(err.to_string().contains(&dir.path().display().to_string()));
-        // Still refused: nothing was rewritten by the failed open.
-        assert!(matches!(
-            SledJournal::open(dir.path()),
-            Err(Error::UnsupportedFormat { .. })
-        ));
-    }
-
-    #[test]
-    fn a_creation_killed_before_the_data_file_reopens() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let path = dir.path().join("journal");
-        // What a kill between sled's `conf` and its data file leaves: a
-        // conf without its checksum, no data file.
-        fs::create_dir_all(path.join("blobs")).unwrap();
-        fs::write(
-            path.join("conf"),
-            b"segment_size: 524288\nuse_compression: false\nversion: 0.34\n",
-        )
-        .unwrap();
-        drop(SledJournal::open(&path).unwrap());
-        drop(SledJournal::open(&path).unwrap());
-        // Log segments without a data file are another matter.
-        let other = dir.path().join("other");
-        fs::create_dir_all(&other).unwrap();
-        fs::write(other.join("idem-wal.0000000000000001"), b"IDEMWAL1").unwrap();
-        let err = SledJournal::open(&other).unwrap_err();
-        assert!(matches!(err, Error::NotAJournal { .. }), "{err}");
-    }
-
-    #[test]
-    fn a_snapshot_killed_while_generating_is_ignored() {
-        let dir = tempfile::TempDir::new().unwrap();
-        drop(SledJournal::open(dir.path()).unwrap());
-        // Sorts after every real snapshot; sled 0.34 would read it.
-        fs::write(
-            dir.path().join("snap.FFFFFFFFFFFFFFFF.generating"),
-            b"half a snapshot, no checksum",
-        )
-        .unwrap();
-        drop(SledJournal::open(dir.path()).unwrap());
-        assert!(!dir.path().join("snap.FFFFFFFFFFFFFFFF.generating").exists());
-    }
-
-    #[test]
-    fn a_state_change_and_its_events_are_one_unit() {
-        let dir = tempfile::TempDir::new().unwrap();
-        {
-            let j = SledJournal::open(dir.path()).unwrap();
-            let events = vec![b"e1".to_vec(), b"e2".to_vec()];
-            // A conflict writes nothing, events included.
-            let (cas, seqs) = j
-                .compare_and_swap_with_events(Space::Ops, b"k", Some(b"x"), Some(b"v1"), &events)
-                .unwrap();
-            assert!(matches!(cas, Cas::Conflict { current: None }));
-            assert!(seqs.is_empty());
-            assert_eq!(j.scan(Space::Audit, &[]).count(), 0);
-            let (cas, seqs) = j
-                .compare_and_swap_with_events(Space::Ops, b"k", None, Some(b"v1"), &events)
-                .unwrap();
-            assert_eq!((cas, seqs.len()), (Cas::Swapped, 2));
-            j.sync_blocking().unwrap();
-        }
-        let j = SledJournal::open(dir.path()).unwrap();
-        assert_eq!(
-            j.get(Space::Ops, b"k").unwrap().as_deref(),
-            Some(&b"v1"[..])
-        );
-        let stored: Vec<_> = j.scan(Space::Audit, &[]).map(|e| e.unwrap().1).collect();
-        assert_eq!(stored, [b"e1".to_vec(), b"e2".to_vec()]);
-    }
-
-    #[test]
-    fn corrupt_metadata_is_refused() {
-        let dir = tempfile::TempDir::new().unwrap();
-        {
-            let j = SledJournal::open(dir.path()).unwrap();
-            j.insert(Space::Meta, b"meta", b"garbage").unwrap();
-            j.sync_blocking().unwrap();
-        }
-        let err = SledJournal::open(dir.path()).unwrap_err();
-        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
-    }
-
-    #[test]
-    fn a_foreign_sled_database_is_not_adopted() {
-        let dir = tempfile::TempDir::new().unwrap();
-        {
-            let db = sled::open(dir.path()).unwrap();
-            db.insert(b"someone", b"else's data").unwrap();
-            db.flush().unwrap();
-        }
-        let err = SledJournal::open(dir.path()).unwrap_err();
-        assert!(matches!(err, Error::NotAJournal { .. }), "{err}");
-        let db = sled::open(dir.path()).unwrap();
-        assert_eq!(db.get(b"someone").unwrap().unwrap(), &b"else's data"[..]);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_syncs_share_flushes() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let j = Arc::new(SledJournal::open(dir.path()).unwrap());
-        let mut tasks = Vec::new();
-        for i in 0..64u32 {
-            let j = j.clone();
-            tasks.push(tokio::spawn(async move {
-                j.insert(Space::Steps, &i.to_be_bytes(), b"x").unwrap();
-                j.sync().await.unwrap();
-            }));
-        }
-        for t in tasks {
-            t.await.unwrap();
-        }
-        // Every sync answered; all writes are visible.
-        assert_eq!(j.scan(Space::Steps, &[]).count(), 64);
     }
 }

@@ -1,42 +1,322 @@
-//! The write-ahead log that makes the sled journal durable at the cost of
-//! one fdatasync per group commit.
+//! The write-ahead log of the sled journal: its on-disk format, how a
+//! segment is read back (and what damage is allowed to be dropped), and the
+//! segment files.
 //!
-//! sled 0.34's own `flush` writes its buffer, waits for it with
-//! `sync_file_range` (which neither flushes the device's write cache nor the
-//! file's size), and would need an fdatasync on top: two device round trips
-//! per durability barrier. Instead, every change applied to sled is also
-//! appended to this log, and a barrier is one `write` plus one `fdatasync`
-//! of the log, shared by every caller waiting at that moment (group commit).
-//! sled writes its own files in the background; a checkpoint (sled flush +
-//! fdatasync of its data file) lets old log segments go.
+//! Every change is appended to the log as part of a *unit*: all the entries
+//! of one journal write (a record, its escalation-index entry, its audit
+//! events) under one checksum, so that a unit is replayed entirely or not at
+//! all. A durability barrier is one `write` of every pending unit plus one
+//! `fdatasync` (see `store.rs`).
 //!
-//! On open, every segment is replayed into sled in order: entries are whole
-//! values (put or remove), so replaying one sled already has is harmless.
-//! Replay of a segment stops at the first entry that is torn or fails its
-//! checksum: nothing after it was ever acknowledged, because a barrier
-//! acknowledges only after everything before it is on disk.
+//! Segment `idem-wal.<16 hex digits>`: a 20-byte header (`IDEMWAL2`, the
+//! generation as u64 LE, crc32 of those 16 bytes as u32 LE), then units
+//! `[body length: u32 LE][crc32(body): u32 LE][body]`, body =
+//! `[lsn: u64][digest delta: u64][count delta: i64][entries: u32][entries]`,
+//! all little-endian. An entry is `[op: u8]` then
+//! - put: `[tree: u8][key len: u32][key][value len: u32][value]`
+//! - remove: `[tree: u8][key len: u32][key]`
+//! - event: `[seq: u64][len: u32][bytes]`
+//! - truncate the audit stream: `[before: u64]`.
 //!
-//! Segment `idem-wal.<16 hex digits>`: an 8-byte header `IDEMWAL1`, then
-//! frames `[body length: u32 LE][crc32(body): u32 LE][body]`, body =
-//! `[space: u8][op: u8][key length: u32 LE][key][value]`.
+//! # Damage
+//! A barrier acknowledges only after everything before it is on disk, so
+//! the one thing a crash may legitimately leave is a torn *tail* of the
+//! newest segment: a unit cut short, or a half-written one whose checksum
+//! fails, with no valid unit after it. That tail was never acknowledged and
+//! is dropped. Anything else — a bad checksum with valid units after it, a
+//! bad header, a damaged or short older segment, a gap between generations
+//! — is damage: reading fails with the file and offset, and nothing is
+//! deleted.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
 
-use tokio::sync::oneshot;
-
-use super::events::{self, Event};
-use super::Space;
 use crate::record::crc32;
 
-const HEADER: &[u8; 8] = b"IDEMWAL1";
+const MAGIC: &[u8; 8] = b"IDEMWAL2";
+/// Bytes of a segment header.
+pub(super) const HEADER_LEN: usize = 20;
 const PREFIX: &str = "idem-wal.";
+/// Bytes of a unit's body before its entries.
+const BODY_HEAD: usize = 28;
+
 const OP_PUT: u8 = 1;
 const OP_REMOVE: u8 = 2;
-/// A log segment larger than this is checkpointed away.
-const CHECKPOINT_BYTES: u64 = 32 << 20;
+const OP_EVENT: u8 = 3;
+const OP_TRUNCATE: u8 = 4;
+
+/// The sled trees a log entry can address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) enum Tree {
+    Ops = 0,
+    Steps = 1,
+    Escalations = 2,
+}
+
+impl Tree {
+    pub(super) const ALL: [Tree; 3] = [Tree::Ops, Tree::Steps, Tree::Escalations];
+
+    fn from_u8(b: u8) -> Option<Tree> {
+        Tree::ALL.into_iter().find(|t| *t as u8 == b)
+    }
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Tree::Ops => "ops",
+            Tree::Steps => "steps",
+            Tree::Escalations => "escalations",
+        }
+    }
+}
+
+/// One change, borrowed (for encoding) or owned (after decoding).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Change<B> {
+    Put { tree: Tree, key: B, value: B },
+    Remove { tree: Tree, key: B },
+    Event { seq: u64, bytes: B },
+    Truncate { before: u64 },
+}
+
+/// A unit read back from a segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Unit {
+    pub lsn: u64,
+    /// XOR of the content hashes this unit adds and removes (see
+    /// `digest.rs`).
+    pub xor: u64,
+    /// Entries this unit adds (negative: removes).
+    pub count: i64,
+    pub changes: Vec<Change<Vec<u8>>>,
+}
+
+/// Appends one unit to `out`.
+pub(super) fn encode_unit(
+    out: &mut Vec<u8>,
+    lsn: u64,
+    xor: u64,
+    count: i64,
+    changes: &[Change<&[u8]>],
+) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 8]);
+    out.extend_from_slice(&lsn.to_le_bytes());
+    out.extend_from_slice(&xor.to_le_bytes());
+    out.extend_from_slice(&count.to_le_bytes());
+    out.extend_from_slice(&(changes.len() as u32).to_le_bytes());
+    let bytes = |out: &mut Vec<u8>, b: &[u8]| {
+        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        out.extend_from_slice(b);
+    };
+    for change in changes {
+        match change {
+            Change::Put { tree, key, value } => {
+                out.extend_from_slice(&[OP_PUT, *tree as u8]);
+                bytes(out, key);
+                bytes(out, value);
+            }
+            Change::Remove { tree, key } => {
+                out.extend_from_slice(&[OP_REMOVE, *tree as u8]);
+                bytes(out, key);
+            }
+            Change::Event { seq, bytes: b } => {
+                out.push(OP_EVENT);
+                out.extend_from_slice(&seq.to_le_bytes());
+                bytes(out, b);
+            }
+            Change::Truncate { before } => {
+                out.push(OP_TRUNCATE);
+                out.extend_from_slice(&before.to_le_bytes());
+            }
+        }
+    }
+    let body_len = (out.len() - start - 8) as u32;
+    let crc = crc32(&out[start + 8..]);
+    out[start..start + 4].copy_from_slice(&body_len.to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A segment's header for generation `gen`.
+pub(super) fn header(gen: u64) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..16].copy_from_slice(&gen.to_le_bytes());
+    let crc = crc32(&h[..16]);
+    h[16..].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// Why a segment cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Damage {
+    pub offset: usize,
+    pub detail: String,
+}
+
+/// What reading a segment found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Segment {
+    pub units: Vec<Unit>,
+    /// Where the valid units end.
+    pub valid_len: usize,
+    /// A torn tail was dropped (newest segment only): its length.
+    pub torn: usize,
+}
+
+/// A cursor over a unit body.
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (self.b.get(..n)?, self.b.get(n..)?);
+        self.b = rest;
+        Some(head)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+    }
+    fn bytes(&mut self) -> Option<Vec<u8>> {
+        let n = self.u32()? as usize;
+        self.take(n).map(<[u8]>::to_vec)
+    }
+}
+
+/// Decodes a unit body whose checksum matched.
+fn decode_body(body: &[u8]) -> Option<Unit> {
+    let mut r = Reader { b: body };
+    let lsn = r.u64()?;
+    let xor = r.u64()?;
+    let count = r.u64()? as i64;
+    let n = r.u32()? as usize;
+    // Each entry takes at least 9 bytes: a count beyond that is garbage,
+    // and must not size an allocation.
+    if n > body.len() / 9 + 1 {
+        return None;
+    }
+    let mut changes = Vec::with_capacity(n);
+    for _ in 0..n {
+        let change = match r.u8()? {
+            OP_PUT => Change::Put {
+                tree: Tree::from_u8(r.u8()?)?,
+                key: r.bytes()?,
+                value: r.bytes()?,
+            },
+            OP_REMOVE => Change::Remove {
+                tree: Tree::from_u8(r.u8()?)?,
+                key: r.bytes()?,
+            },
+            OP_EVENT => Change::Event {
+                seq: r.u64()?,
+                bytes: r.bytes()?,
+            },
+            OP_TRUNCATE => Change::Truncate { before: r.u64()? },
+            _ => return None,
+        };
+        changes.push(change);
+    }
+    if !r.b.is_empty() {
+        return None;
+    }
+    Some(Unit {
+        lsn,
+        xor,
+        count,
+        changes,
+    })
+}
+
+/// The unit starting at `at`, if a whole valid one does, with its length.
+fn unit_at(bytes: &[u8], at: usize, min_lsn: u64) -> Option<(Unit, usize)> {
+    let head = bytes.get(at..at + 8)?;
+    let len = u32::from_le_bytes(head[..4].try_into().ok()?) as usize;
+    let crc = u32::from_le_bytes(head[4..].try_into().ok()?);
+    if len < BODY_HEAD {
+        return None;
+    }
+    let body = bytes.get(at + 8..at.checked_add(8)?.checked_add(len)?)?;
+    // Cheap plausibility first: a later unit has a later lsn.
+    let lsn = u64::from_le_bytes(body[..8].try_into().ok()?);
+    if lsn < min_lsn {
+        return None;
+    }
+    if crc32(body) != crc {
+        return None;
+    }
+    decode_body(body).map(|u| (u, 8 + len))
+}
+
+/// Reads segment `gen` (its bytes), applying the damage rules: `newest`
+/// says whether a torn tail may be dropped; `min_lsn` is the smallest lsn
+/// its first unit may have.
+pub(super) fn read_segment(
+    bytes: &[u8],
+    gen: u64,
+    newest: bool,
+    min_lsn: u64,
+) -> Result<Segment, Damage> {
+    let expected = header(gen);
+    if bytes.len() < HEADER_LEN {
+        // A segment whose creation was cut short: only the newest may be,
+        // and only if what is there is the start of its header.
+        if newest && expected.starts_with(bytes) {
+            return Ok(Segment {
+                torn: bytes.len(),
+                ..Segment::default()
+            });
+        }
+        return Err(Damage {
+            offset: 0,
+            detail: format!("{} bytes is shorter than a segment header", bytes.len()),
+        });
+    }
+    if bytes[..HEADER_LEN] != expected {
+        return Err(Damage {
+            offset: 0,
+            detail: "bad segment header (not a log segment of this generation)".into(),
+        });
+    }
+    let mut seg = Segment::default();
+    let mut at = HEADER_LEN;
+    let mut next_lsn = min_lsn;
+    while at < bytes.len() {
+        if let Some((unit, len)) = unit_at(bytes, at, next_lsn) {
+            next_lsn = unit.lsn + 1;
+            seg.units.push(unit);
+            at += len;
+            continue;
+        }
+        // Not a valid unit here. If a valid one follows, this is damage in
+        // the middle of the log; if none does, it is a torn tail.
+        let valid_after = (at + 1..bytes.len()).find(|&o| unit_at(bytes, o, next_lsn).is_some());
+        if let Some(later) = valid_after {
+            return Err(Damage {
+                offset: at,
+                detail: format!("unreadable unit, with a valid unit after it at offset {later}"),
+            });
+        }
+        if !newest {
+            return Err(Damage {
+                offset: at,
+                detail: "unreadable unit at the end of a segment that is not the newest".into(),
+            });
+        }
+        seg.torn = bytes.len() - at;
+        break;
+    }
+    seg.valid_len = at;
+    Ok(seg)
+}
 
 /// Whether a file name is one of the log's segments.
 pub(super) fn is_segment(name: &str) -> bool {
@@ -51,11 +331,12 @@ fn segment_gen(name: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-fn segment_path(dir: &Path, gen: u64) -> PathBuf {
+pub(super) fn segment_path(dir: &Path, gen: u64) -> PathBuf {
     dir.join(format!("{PREFIX}{gen:016x}"))
 }
 
-fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
+/// The segments of `dir`, in generation order.
+pub(super) fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     let mut found = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
@@ -67,453 +348,244 @@ fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
+/// fsyncs a directory, so that the entries created, renamed or removed in
+/// it are durable.
+pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// One logged change.
-pub(super) struct Entry<'a> {
-    pub space: Space,
-    pub key: &'a [u8],
-    /// `None`: removed.
-    pub value: Option<&'a [u8]>,
-}
-
-fn encode(entry: &Entry<'_>, out: &mut Vec<u8>) {
-    let value = entry.value.unwrap_or(&[]);
-    let body_len = 2 + 4 + entry.key.len() + value.len();
-    out.reserve(8 + body_len);
-    let start = out.len();
-    out.extend_from_slice(&(body_len as u32).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
-    out.push(entry.space as u8);
-    out.push(if entry.value.is_some() {
-        OP_PUT
-    } else {
-        OP_REMOVE
-    });
-    out.extend_from_slice(&(entry.key.len() as u32).to_le_bytes());
-    out.extend_from_slice(entry.key);
-    out.extend_from_slice(value);
-    let crc = crc32(&out[start + 8..]);
-    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-}
-
-/// Decodes the valid prefix of a segment's frames (after the header).
-fn decode(mut bytes: &[u8], mut apply: impl FnMut(Entry<'_>)) -> usize {
-    let mut applied = 0;
-    while bytes.len() >= 8 {
-        let len = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
-        let crc = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
-        let Some(body) = bytes.get(8..8 + len) else {
-            break; // torn tail
-        };
-        if len < 6 || crc32(body) != crc {
-            break;
-        }
-        let space = Space::ALL.iter().copied().find(|s| *s as u8 == body[0]);
-        let key_len = u32::from_le_bytes([body[2], body[3], body[4], body[5]]) as usize;
-        let (Some(space), Some(key)) = (space, body.get(6..6 + key_len)) else {
-            break;
-        };
-        let value = match body[1] {
-            OP_PUT => Some(&body[6 + key_len..]),
-            OP_REMOVE => None,
-            _ => break,
-        };
-        apply(Entry { space, key, value });
-        applied += 1;
-        bytes = &bytes[8 + len..];
-    }
-    applied
-}
-
-/// Replays every segment of `dir` through `apply`, in order; returns the
-/// highest generation found (0 if none) and the entries applied.
-pub(super) fn replay(dir: &Path, mut apply: impl FnMut(Entry<'_>)) -> io::Result<(u64, usize)> {
-    let mut last = 0;
-    let mut applied = 0;
-    for (gen, path) in segments(dir)? {
-        let mut bytes = Vec::new();
-        File::open(&path)?.read_to_end(&mut bytes)?;
-        if bytes.len() >= HEADER.len() && &bytes[..HEADER.len()] == HEADER {
-            applied += decode(&bytes[HEADER.len()..], &mut apply);
-        }
-        last = gen;
-    }
-    Ok((last, applied))
-}
-
-/// Someone waiting for a barrier.
-pub(super) enum Waiter {
-    Async(oneshot::Sender<Result<(), String>>),
-    Blocking(std::sync::mpsc::Sender<Result<(), String>>),
-}
-
-impl Waiter {
-    fn answer(self, result: Result<(), String>) {
-        // A waiter whose call was dropped no longer listens; fine.
-        match self {
-            Waiter::Async(tx) => {
-                let _ = tx.send(result);
-            }
-            Waiter::Blocking(tx) => {
-                let _ = tx.send(result);
-            }
-        }
-    }
-}
-
-struct State {
-    file: Arc<File>,
-    gen: u64,
-    size: u64,
-    /// Frames logged since the last barrier took them.
-    pending: Vec<u8>,
-    waiters: Vec<Waiter>,
-    flushing: bool,
-    /// Set after a failed write or fdatasync: the page cache's state is then
-    /// unknown, so every later barrier fails until the journal is reopened.
-    broken: Option<String>,
-    /// Audit events appended but not yet stored in sled (see `events.rs`).
-    audit_tail: Vec<Event>,
-    /// The next audit sequence number. Kept here rather than taken from
-    /// sled's `generate_id`, whose counter is only persisted by a sled flush:
-    /// after a kill, a restarted process was handed numbers already used by
-    /// the dead one, and its batches overwrote the dead one's events.
-    next_seq: u64,
-}
-
-/// The log, its group commit, and what a checkpoint needs.
-pub(super) struct Wal {
-    dir: PathBuf,
-    state: Mutex<State>,
-    idle: Condvar,
-    db: sled::Db,
-    db_file: File,
-    audit: sled::Tree,
-}
-
-impl Wal {
-    /// Starts a fresh segment after `last_gen`, once replay is done and sled
-    /// holds everything the old segments said.
-    /// `next_seq` must exceed every audit sequence number stored or
-    /// replayed.
-    pub(super) fn start(
-        dir: &Path,
-        last_gen: u64,
-        db: sled::Db,
-        db_file: File,
-        audit: sled::Tree,
-        next_seq: u64,
-    ) -> io::Result<Wal> {
-        let gen = last_gen + 1;
-        let file = create_segment(dir, gen)?;
-        Ok(Wal {
-            dir: dir.to_path_buf(),
-            state: Mutex::new(State {
-                file: Arc::new(file),
-                gen,
-                size: HEADER.len() as u64,
-                pending: Vec::with_capacity(64 << 10),
-                waiters: Vec::new(),
-                flushing: false,
-                broken: None,
-                audit_tail: Vec::new(),
-                next_seq,
-            }),
-            idle: Condvar::new(),
-            db,
-            db_file,
-            audit,
-        })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Runs `change` (a sled operation) and logs what it reports it changed,
-    /// under one lock, so the log's order of changes to a key is sled's.
-    pub(super) fn logged<'e, R>(
-        &self,
-        change: impl FnOnce() -> R,
-        entry: impl FnOnce(&R) -> Option<Entry<'e>>,
-    ) -> R {
-        self.logged_with_events(change, entry, &[]).0
-    }
-
-    /// Appends an audit event: logged for durability and kept in memory
-    /// until the flusher stores it in sled. The sequence number is taken
-    /// under the log's lock, so the tail is in sequence order.
-    pub(super) fn append_audit(&self, value: &[u8]) -> u64 {
-        push_audit(&mut self.lock(), value)
-    }
-
-    /// [`Wal::logged`], plus, if the change is logged, `events` appended
-    /// to the audit stream under the same lock: the flusher takes either
-    /// all of it or none of it.
-    pub(super) fn logged_with_events<'e, R>(
-        &self,
-        change: impl FnOnce() -> R,
-        entry: impl FnOnce(&R) -> Option<Entry<'e>>,
-        events: &[Vec<u8>],
-    ) -> (R, Vec<u64>) {
-        let mut state = self.lock();
-        let result = change();
-        let mut seqs = Vec::new();
-        if let Some(e) = entry(&result) {
-            encode(&e, &mut state.pending);
-            seqs = events.iter().map(|ev| push_audit(&mut state, ev)).collect();
-        }
-        (result, seqs)
-    }
-
-    /// The audit events not yet in sled, oldest first.
-    pub(super) fn audit_tail(&self) -> Vec<Event> {
-        self.lock().audit_tail.clone()
-    }
-
-    /// Stores the audit tail in sled as one batch. The events stay in the
-    /// tail until the insert is done, so a reader never misses one.
-    fn store_audit_tail(&self) -> bool {
-        let batch = self.lock().audit_tail.clone();
-        let Some(first) = batch.first() else {
-            return true;
-        };
-        if self
-            .audit
-            .insert(first.0.to_be_bytes(), events::encode_batch(&batch))
-            .is_err()
-        {
-            // Still durable in the log; the next round tries again.
-            return false;
-        }
-        self.lock().audit_tail.drain(..batch.len());
-        true
-    }
-
-    /// Queues `waiter` for the next barrier. Returns true if the caller must
-    /// start the flusher.
-    pub(super) fn enqueue(&self, waiter: Waiter) -> bool {
-        let mut state = self.lock();
-        state.waiters.push(waiter);
-        !std::mem::replace(&mut state.flushing, true)
-    }
-
-    /// The flusher: until no waiter is left, takes every waiter and every
-    /// logged frame, writes and fdatasyncs them once, answers the waiters.
-    pub(super) fn flush_loop(self: Arc<Self>) {
-        let mut buf = Vec::new();
-        loop {
-            let (file, waiters, broken) = {
-                let mut state = self.lock();
-                if state.waiters.is_empty() {
-                    state.flushing = false;
-                    self.idle.notify_all();
-                    return;
-                }
-                std::mem::swap(&mut buf, &mut state.pending);
-                state.size += buf.len() as u64;
-                (
-                    state.file.clone(),
-                    std::mem::take(&mut state.waiters),
-                    state.broken.clone(),
-                )
-            };
-            let result = match broken {
-                Some(why) => Err(why),
-                None => write_and_sync(&file, &buf).map_err(|e| {
-                    let why = format!("write-ahead log write failed: {e}; reopen the journal");
-                    self.lock().broken = Some(why.clone());
-                    why
-                }),
-            };
-            buf.clear();
-            let ok = result.is_ok();
-            for w in waiters {
-                w.answer(result.clone());
-            }
-            if self.store_audit_tail() && ok {
-                self.maybe_checkpoint();
-            }
-        }
-    }
-
-    /// Blocks until no flusher runs (so that dropping the journal releases
-    /// everything it holds).
-    pub(super) fn wait_idle(&self) {
-        let mut state = self.lock();
-        while state.flushing {
-            state = self.idle.wait(state).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-
-    pub(super) fn size(&self) -> u64 {
-        self.lock().size
-    }
-
-    /// Moves to a new segment once the current one is large: after sled's
-    /// own files are durable, the old segments say nothing sled does not.
-    fn maybe_checkpoint(&self) {
-        let (old_gen, next) = {
-            let state = self.lock();
-            if state.size < CHECKPOINT_BYTES || state.broken.is_some() {
-                return;
-            }
-            // Events whose log entries are in the old segment are in sled
-            // by now (`store_audit_tail` ran first); later ones are logged in
-            // the pending buffer, which goes to the new segment.
-            (state.gen, state.gen + 1)
-        };
-        // A failed checkpoint only means the log keeps growing; the data is
-        // durable in it either way.
-        let Ok(file) = create_segment(&self.dir, next) else {
-            return;
-        };
-        {
-            // Changes logged from now on go to the new segment; every change
-            // before the swap is in sled already, and the flush below makes
-            // it durable there.
-            let mut state = self.lock();
-            state.file = Arc::new(file);
-            state.gen = next;
-            state.size = HEADER.len() as u64 + state.pending.len() as u64;
-        }
-        if self.db.flush().is_err() || self.db_file.sync_data().is_err() {
-            return;
-        }
-        if let Ok(all) = segments(&self.dir) {
-            for (gen, path) in all {
-                if gen <= old_gen {
-                    let _ = fs::remove_file(path);
-                }
-            }
-            let _ = sync_dir(&self.dir);
-        }
-    }
-}
-
-/// Logs an audit event and keeps it in the tail; the caller holds the lock.
-fn push_audit(state: &mut State, value: &[u8]) -> u64 {
-    let seq = state.next_seq;
-    state.next_seq += 1;
-    let key = seq.to_be_bytes();
-    encode(
-        &Entry {
-            space: Space::Audit,
-            key: &key,
-            value: Some(value),
-        },
-        &mut state.pending,
-    );
-    state.audit_tail.push((seq, value.to_vec()));
-    seq
-}
-
-fn write_and_sync(file: &File, buf: &[u8]) -> io::Result<()> {
-    let mut f = file;
-    f.write_all(buf)?;
-    file.sync_data()
-}
-
-fn create_segment(dir: &Path, gen: u64) -> io::Result<File> {
-    let mut file = OpenOptions::new()
+/// Creates segment `gen` with its header, durably (file and directory
+/// entry), before anything is logged to it.
+pub(super) fn create_segment(dir: &Path, gen: u64) -> io::Result<File> {
+    let mut file = private_file()
         .create_new(true)
         .append(true)
         .open(segment_path(dir, gen))?;
-    file.write_all(HEADER)?;
+    file.write_all(&header(gen))?;
     file.sync_all()?;
     sync_dir(dir)?;
     Ok(file)
 }
 
-/// Removes every segment up to `gen` (after replay made them redundant).
+/// Options for a file only the journal's owner may read.
+pub(super) fn private_file() -> OpenOptions {
+    let mut o = OpenOptions::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    o.write(true);
+    o
+}
+
+/// Removes every segment up to `gen`, durably.
 pub(super) fn remove_up_to(dir: &Path, gen: u64) -> io::Result<()> {
+    let mut removed = false;
     for (g, path) in segments(dir)? {
         if g <= gen {
             fs::remove_file(path)?;
+            removed = true;
         }
     }
-    sync_dir(dir)
+    if removed {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Appends `buf` and makes it durable.
+pub(super) fn write_and_sync(file: &File, buf: &[u8]) -> io::Result<()> {
+    let mut f = file;
+    f.write_all(buf)?;
+    file.sync_data()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    type Change<'a> = (Space, &'a [u8], Option<&'a [u8]>);
-
-    fn frames(entries: &[Change<'_>]) -> Vec<u8> {
+    fn unit(lsn: u64, key: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
-        for (space, key, value) in entries {
-            encode(
-                &Entry {
-                    space: *space,
+        encode_unit(
+            &mut out,
+            lsn,
+            lsn * 7,
+            1,
+            &[
+                Change::Put {
+                    tree: Tree::Ops,
                     key,
-                    value: *value,
+                    value: b"value",
                 },
-                &mut out,
-            );
-        }
+                Change::Event {
+                    seq: lsn,
+                    bytes: b"event",
+                },
+            ],
+        );
         out
     }
 
-    fn read(bytes: &[u8]) -> Vec<(Space, Vec<u8>, Option<Vec<u8>>)> {
-        let mut got = Vec::new();
-        decode(bytes, |e| {
-            got.push((e.space, e.key.to_vec(), e.value.map(<[u8]>::to_vec)))
-        });
-        got
+    fn segment(gen: u64, lsns: &[u64]) -> (Vec<u8>, Vec<usize>) {
+        let mut bytes = header(gen).to_vec();
+        let mut starts = Vec::new();
+        for &l in lsns {
+            starts.push(bytes.len());
+            bytes.extend(unit(l, format!("k{l}").as_bytes()));
+        }
+        (bytes, starts)
     }
 
     #[test]
-    fn round_trip() {
-        let bytes = frames(&[
-            (Space::Ops, b"k1", Some(b"v1")),
-            (Space::Audit, b"", Some(b"")),
-            (Space::Ops, b"k1", None),
-        ]);
-        assert_eq!(
-            read(&bytes),
-            vec![
-                (Space::Ops, b"k1".to_vec(), Some(b"v1".to_vec())),
-                (Space::Audit, vec![], Some(vec![])),
-                (Space::Ops, b"k1".to_vec(), None),
-            ]
+    fn units_round_trip() {
+        let mut out = Vec::new();
+        let changes: Vec<Change<&[u8]>> = vec![
+            Change::Put {
+                tree: Tree::Steps,
+                key: b"k",
+                value: b"",
+            },
+            Change::Remove {
+                tree: Tree::Escalations,
+                key: b"k2",
+            },
+            Change::Event {
+                seq: 9,
+                bytes: b"e",
+            },
+            Change::Truncate { before: 4 },
+        ];
+        encode_unit(&mut out, 3, 0xabc, -2, &changes);
+        let (unit, len) = unit_at(&out, 0, 0).expect("valid unit");
+        assert_eq!(len, out.len());
+        assert_eq!((unit.lsn, unit.xor, unit.count), (3, 0xabc, -2));
+        let owned: Vec<Change<Vec<u8>>> = vec![
+            Change::Put {
+                tree: Tree::Steps,
+                key: b"k".to_vec(),
+                value: vec![],
+            },
+            Change::Remove {
+                tree: Tree::Escalations,
+                key: b"k2".to_vec(),
+            },
+            Change::Event {
+                seq: 9,
+                bytes: b"e".to_vec(),
+            },
+            Change::Truncate { before: 4 },
+        ];
+        assert_eq!(unit.changes, owned);
+    }
+
+    #[test]
+    fn every_cut_of_the_newest_segment_keeps_the_whole_units_before_it() {
+        let (bytes, starts) = segment(5, &[1, 2, 3]);
+        for cut in 0..=bytes.len() {
+            let seg = read_segment(&bytes[..cut], 5, true, 1).expect("a cut is a torn tail");
+            let whole = starts
+                .iter()
+                .skip(1)
+                .chain(std::iter::once(&bytes.len()))
+                .filter(|&&end| end <= cut)
+                .count();
+            assert_eq!(seg.units.len(), whole, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_cut_of_an_older_segment_is_damage() {
+        let (bytes, starts) = segment(5, &[1, 2]);
+        let cut = starts[1] + 3;
+        let err = read_segment(&bytes[..cut], 5, false, 1).unwrap_err();
+        assert_eq!(err.offset, starts[1]);
+        // A whole older segment is fine.
+        assert_eq!(read_segment(&bytes, 5, false, 1).unwrap().units.len(), 2);
+    }
+
+    #[test]
+    fn a_flipped_byte_before_a_valid_unit_is_damage_not_a_tail() {
+        let (bytes, starts) = segment(1, &[1, 2, 3]);
+        for i in starts[0]..starts[2] {
+            let mut b = bytes.clone();
+            b[i] ^= 0x10;
+            let err =
+                read_segment(&b, 1, true, 1).expect_err(&format!("flip at {i} must be damage"));
+            assert!(
+                err.offset == starts[0] || err.offset == starts[1],
+                "{err:?}"
+            );
+            assert!(err.detail.contains("valid unit after"), "{err:?}");
+        }
+        // In the last unit, nothing valid follows: a torn tail.
+        for i in starts[2]..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x10;
+            let seg = read_segment(&b, 1, true, 1).expect("torn tail");
+            assert_eq!(seg.units.len(), 2, "flip at {i}");
+            assert_eq!(seg.valid_len, starts[2]);
+        }
+    }
+
+    #[test]
+    fn bad_headers_are_damage_but_a_torn_creation_is_not() {
+        let (bytes, _) = segment(2, &[1]);
+        assert!(
+            read_segment(&bytes, 3, true, 1).is_err(),
+            "wrong generation"
+        );
+        let mut b = bytes.clone();
+        b[3] ^= 1;
+        assert_eq!(read_segment(&b, 2, true, 1).unwrap_err().offset, 0);
+        for cut in 0..HEADER_LEN {
+            assert_eq!(
+                read_segment(&bytes[..cut], 2, true, 1).unwrap().units.len(),
+                0
+            );
+            assert!(read_segment(&bytes[..cut], 2, false, 1).is_err());
+        }
+        assert!(
+            read_segment(b"IDEMWAX", 2, true, 1).is_err(),
+            "not a prefix"
         );
     }
 
     #[test]
-    fn a_torn_or_corrupt_tail_ends_replay_at_the_last_good_frame() {
-        let bytes = frames(&[
-            (Space::Ops, b"a", Some(b"1")),
-            (Space::Ops, b"b", Some(b"2")),
-        ]);
-        let first_len = bytes.len() / 2;
-        for cut in 0..bytes.len() {
-            let got = read(&bytes[..cut]);
-            assert_eq!(got.len(), usize::from(cut >= first_len), "cut at {cut}");
-        }
-        for i in first_len..bytes.len() {
-            let mut b = bytes.clone();
-            b[i] ^= 0x40;
-            assert_eq!(read(&b).len(), 1, "flip at {i}");
-        }
+    fn zeros_after_the_last_unit_are_a_torn_tail() {
+        let (mut bytes, _) = segment(1, &[1, 2]);
+        bytes.extend([0u8; 300]);
+        let seg = read_segment(&bytes, 1, true, 1).unwrap();
+        assert_eq!((seg.units.len(), seg.torn), (2, 300));
     }
 
     #[test]
-    fn replay_reads_segments_in_order_and_skips_foreign_files() {
-        let dir = tempfile::TempDir::new().unwrap();
-        for (gen, value) in [(2u64, b"second"), (1, b"first_")] {
-            let mut bytes = HEADER.to_vec();
-            bytes.extend(frames(&[(Space::Ops, b"k", Some(value))]));
-            fs::write(segment_path(dir.path(), gen), bytes).unwrap();
+    fn lsns_must_increase() {
+        let (bytes, _) = segment(1, &[4, 4]);
+        // The second unit's lsn is not after the first: not valid there,
+        // and nothing valid follows, so in the newest segment it is a tail.
+        assert_eq!(read_segment(&bytes, 1, true, 1).unwrap().units.len(), 1);
+        assert!(read_segment(&bytes, 1, true, 5).unwrap().units.is_empty());
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (good, _) = segment(1, &[1, 2, 3]);
+        for _ in 0..2000 {
+            let mut b = good.clone();
+            for _ in 0..(next() % 8) {
+                let i = (next() as usize) % b.len();
+                b[i] = next() as u8;
+            }
+            b.truncate((next() as usize) % (b.len() + 1));
+            let _ = read_segment(&b, 1, next() % 2 == 0, 1);
         }
-        fs::write(dir.path().join("idem-wal.notes"), b"x").unwrap();
-        let mut seen = Vec::new();
-        let (last, applied) = replay(dir.path(), |e| seen.push(e.value.unwrap().to_vec())).unwrap();
-        assert_eq!((last, applied), (2, 2));
-        assert_eq!(seen, [b"first_".to_vec(), b"second".to_vec()]);
     }
 }

@@ -202,6 +202,7 @@ pub fn tool_with(
         ..RetryPolicy::DEFAULT
     };
     d.on_drift = OnDrift::Replay;
+    d.check_landed = Some(__private::landed::<String>);
     f(&mut d);
     Box::leak(Box::new(d))
 }
@@ -281,6 +282,6 @@ pub fn open(dir: &std::path::Path) -> Runtime {
 }
 
 #[allow(unused_imports)]
-pub use idem_testkit::{FaultyJournal, StorageFault};
+pub use idem_testkit::{FaultyJournal, MemJournal, StorageFault};
 
 pub const SECOND: Duration = Duration::from_secs(1);

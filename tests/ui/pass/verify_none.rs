@@ -25,5 +25,5 @@ fn main() {
     let err = runtime.block_on(send_sms(&ctx, "+49".into())).unwrap_err();
     // Nothing can tell whether the SMS went out: a human decides.
     assert!(matches!(err, ToolError::Escalated { .. }));
-    assert_eq!(rt.escalations().unwrap().len(), 1);
+    assert_eq!(runtime.block_on(rt.escalations()).unwrap().len(), 1);
 }

@@ -1,0 +1,205 @@
+//! Moving logged changes into sled, and checking what sled holds.
+//!
+//! sled's files change only here: when the journal opens (replaying the
+//! log) and at a checkpoint (applying the segments the log has rotated
+//! away from). In between, changes live in the log (durable) and in the
+//! store's in-memory overlay (visible). So what sled has on disk is always
+//! a state the log fully describes, and a cut or a crash in the middle of
+//! applying is repaired by applying the same units again: every change is
+//! a whole value (a put or a remove), events land in the bucket their
+//! number names, and a truncation removes what is below a number.
+//!
+//! After applying, [`sync_sled`] makes sled's files durable — its data
+//! file, its blob files and their directory, its snapshots and the journal
+//! directory (sled fsyncs none of the blobs, nor any directory) — before
+//! the checkpoint file says so and the log segments go.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::path::Path;
+
+use super::digest::{self, Digest};
+use super::events::{self, Event};
+use super::wal::{Change, Tree, Unit};
+
+/// sled's trees of one journal.
+pub(super) struct Trees {
+    pub db: sled::Db,
+    /// Indexed by [`Tree`].
+    pub trees: Vec<sled::Tree>,
+    pub audit: sled::Tree,
+}
+
+impl Trees {
+    pub(super) fn open(db: sled::Db) -> sled::Result<Trees> {
+        let mut trees = Vec::new();
+        for t in Tree::ALL {
+            trees.push(db.open_tree(t.name())?);
+        }
+        let audit = db.open_tree("audit")?;
+        Ok(Trees { db, trees, audit })
+    }
+
+    pub(super) fn tree(&self, t: Tree) -> &sled::Tree {
+        &self.trees[t as usize]
+    }
+}
+
+/// What applying units found.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Applied {
+    /// The units' digest changes, folded.
+    pub delta: Digest,
+    pub last_lsn: Option<u64>,
+    pub last_seq: Option<u64>,
+    pub units: usize,
+}
+
+/// Applies `units`, in order, to sled.
+pub(super) fn apply<'a>(
+    trees: &Trees,
+    units: impl IntoIterator<Item = &'a Unit>,
+) -> Result<Applied, String> {
+    let mut applied = Applied::default();
+    // Events are merged into their buckets once per bucket, after the
+    // units (a truncation in between applies to the buckets as they are
+    // by then, so pending bucket changes are written before it).
+    let mut buckets: BTreeMap<u64, Vec<Event>> = BTreeMap::new();
+    let err = |e: sled::Error| e.to_string();
+    for unit in units {
+        applied.delta.apply(unit.xor, unit.count);
+        applied.last_lsn = Some(unit.lsn);
+        applied.units += 1;
+        for change in &unit.changes {
+            match change {
+                Change::Put { tree, key, value } => {
+                    trees
+                        .tree(*tree)
+                        .insert(key, value.as_slice())
+                        .map_err(err)?;
+                }
+                Change::Remove { tree, key } => {
+                    trees.tree(*tree).remove(key).map_err(err)?;
+                }
+                Change::Event { seq, bytes } => {
+                    applied.last_seq = Some(*seq);
+                    buckets
+                        .entry(events::bucket_of(*seq))
+                        .or_default()
+                        .push((*seq, bytes.clone()));
+                }
+                Change::Truncate { before } => {
+                    write_buckets(trees, std::mem::take(&mut buckets))?;
+                    truncate(trees, *before)?;
+                }
+            }
+        }
+    }
+    write_buckets(trees, buckets)?;
+    Ok(applied)
+}
+
+fn write_buckets(trees: &Trees, buckets: BTreeMap<u64, Vec<Event>>) -> Result<(), String> {
+    for (key, new) in buckets {
+        let mut bucket = match trees
+            .audit
+            .get(key.to_be_bytes())
+            .map_err(|e| e.to_string())?
+        {
+            Some(v) => events::decode_bucket(&v).map_err(|e| format!("audit bucket {key}: {e}"))?,
+            None => Vec::new(),
+        };
+        events::merge(&mut bucket, new);
+        trees
+            .audit
+            .insert(key.to_be_bytes(), events::encode_bucket(&bucket))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Removes every event below `before` from sled's buckets.
+fn truncate(trees: &Trees, before: u64) -> Result<(), String> {
+    let end = events::bucket_of(before);
+    let doomed: Vec<_> = trees
+        .audit
+        .range(..end.to_be_bytes())
+        .keys()
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    for key in doomed {
+        trees.audit.remove(key).map_err(|e| e.to_string())?;
+    }
+    if let Some(v) = trees
+        .audit
+        .get(end.to_be_bytes())
+        .map_err(|e| e.to_string())?
+    {
+        let mut bucket =
+            events::decode_bucket(&v).map_err(|e| format!("audit bucket {end}: {e}"))?;
+        bucket.retain(|(seq, _)| *seq >= before);
+        let key = end.to_be_bytes();
+        if bucket.is_empty() {
+            trees.audit.remove(key).map_err(|e| e.to_string())?;
+        } else {
+            trees
+                .audit
+                .insert(key, events::encode_bucket(&bucket))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// The digest of everything sled holds, and the last audit sequence number
+/// in it. Reads every entry: this is what opening a journal costs.
+pub(super) fn scan_digest(trees: &Trees) -> Result<(Digest, Option<u64>), String> {
+    let mut d = Digest::default();
+    for t in Tree::ALL {
+        for item in trees.tree(t).iter() {
+            let (k, v) = item.map_err(|e| e.to_string())?;
+            d.add(digest::entry_hash(t as u8, &k, &v));
+        }
+    }
+    let mut last = None;
+    for item in trees.audit.iter() {
+        let (k, v) = item.map_err(|e| e.to_string())?;
+        let bucket = events::decode_bucket(&v)
+            .map_err(|e| format!("audit bucket {}: {e}", super::super::key::hex(&k)))?;
+        for (seq, bytes) in bucket {
+            d.add(digest::entry_hash(
+                digest::AUDIT,
+                &seq.to_be_bytes(),
+                &bytes,
+            ));
+            last = Some(seq);
+        }
+    }
+    Ok((d, last))
+}
+
+/// Makes sled's state durable: its buffers written, then every file and
+/// directory entry it needs to recover fsynced.
+pub(super) fn sync_sled(dir: &Path, trees: &Trees) -> std::io::Result<()> {
+    trees.db.flush().map_err(std::io::Error::other)?;
+    let blobs = dir.join("blobs");
+    if blobs.is_dir() {
+        for entry in fs::read_dir(&blobs)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                File::open(entry.path())?.sync_all()?;
+            }
+        }
+        super::wal::sync_dir(&blobs)?;
+    }
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if (name == "db" || name == "conf" || name.starts_with("snap."))
+            && entry.file_type()?.is_file()
+        {
+            File::open(entry.path())?.sync_all()?;
+        }
+    }
+    super::wal::sync_dir(dir)
+}

@@ -1,0 +1,99 @@
+//! The sled journal's own small files: `idem-meta` (what the directory is,
+//! written once, before anything else) and `idem-checkpoint` (what sled
+//! held at the last checkpoint). Both are replaced atomically: written to a
+//! temporary name, fsynced, renamed, and the directory fsynced.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::digest::Digest;
+use super::wal::{private_file, sync_dir};
+use crate::error::Error;
+use crate::record::{self, Kind};
+
+pub(super) const META: &str = "idem-meta";
+pub(super) const CHECKPOINT: &str = "idem-checkpoint";
+
+pub(super) const MAGIC: &str = "idem-journal";
+/// Version of the journal's directory format written by this build.
+pub(super) const FORMAT: u32 = 2;
+
+/// What identifies a journal directory as ours.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Meta {
+    pub magic: String,
+    pub format: u32,
+    pub created_ms: u64,
+}
+
+/// What sled held when the last checkpoint finished.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Checkpoint {
+    /// Every log segment up to this generation is in sled (and may be gone).
+    pub gen: u64,
+    /// Digest of everything sled holds.
+    pub xor: u64,
+    pub count: i64,
+    /// The next audit sequence number and log sequence number to hand out.
+    pub next_seq: u64,
+    pub next_lsn: u64,
+}
+
+impl Checkpoint {
+    pub(super) fn digest(&self) -> Digest {
+        Digest {
+            xor: self.xor,
+            count: self.count,
+        }
+    }
+}
+
+/// Reads and decodes one of the files; `None` if it does not exist.
+pub(super) fn read<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    name: &str,
+    kind: Kind,
+) -> Result<Option<T>, Error> {
+    let path = dir.join(name);
+    match fs::read(&path) {
+        Ok(bytes) => {
+            record::decode(kind, &bytes, &path.display().to_string(), name.as_bytes()).map(Some)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::storage("read", &path.display().to_string(), e)),
+    }
+}
+
+/// Replaces one of the files atomically and durably.
+pub(super) fn write<T: Serialize>(
+    dir: &Path,
+    name: &str,
+    kind: Kind,
+    value: &T,
+) -> Result<(), Error> {
+    let bytes = record::encode(kind, value)?;
+    let tmp = dir.join(format!("{name}.tmp"));
+    let target = dir.join(name);
+    let location = target.display().to_string();
+    let io = |e: std::io::Error| Error::storage("write", &location, e);
+    let mut f = private_file()
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(io)?;
+    f.write_all(&bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    drop(f);
+    fs::rename(&tmp, &target).map_err(io)?;
+    sync_dir(dir).map_err(io)
+}
+
+/// Whether a file name is one of these files (or their temporaries).
+pub(super) fn is_own(name: &str) -> bool {
+    [META, CHECKPOINT]
+        .iter()
+        .any(|f| name == *f || name.strip_suffix(".tmp") == Some(f))
+}
