@@ -7,7 +7,7 @@ use idem_runtime::{Classify, Failure};
 use reqwest::header::HeaderMap;
 use reqwest::{Method, Response, StatusCode};
 
-use crate::key::is_replayed;
+use crate::headers::is_replayed;
 use crate::redact::{excerpt, redact_url, BODY_EXCERPT_LIMIT};
 use crate::status::classify_status_at;
 use crate::transport::{classify_error, kind_of};
@@ -171,6 +171,10 @@ async fn read_excerpt(mut response: Response) -> String {
     }
 }
 
+// Not offered as an alternative in "does not implement Classify" errors on
+// a user's own type: whether idem::http is linked must not change what
+// rustc tells them about their type (nor the #[tool] compile-fail tests).
+#[diagnostic::do_not_recommend]
 impl Classify for HttpError {
     fn classify(&self) -> Failure {
         self.failure

@@ -127,7 +127,7 @@
 #![warn(missing_docs)]
 
 mod error;
-mod key;
+mod headers;
 mod redact;
 mod retry_after;
 mod send;
@@ -135,12 +135,9 @@ mod status;
 mod transport;
 
 pub use error::HttpError;
-pub use key::{
-    is_replayed, mark_if_replayed, KeyHeader, RequestBuilderExt, IDEMPOTENCY_KEY,
-    IDEMPOTENT_REPLAYED,
-};
+pub use headers::{is_replayed, mark_if_replayed, KeyHeader, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use redact::{redact_url, BODY_EXCERPT_LIMIT};
 pub use retry_after::{retry_after, MAX_RETRY_AFTER};
-pub use send::{client_builder, send, CONNECT_TIMEOUT};
+pub use send::{client_builder, send, RequestBuilderExt, CONNECT_TIMEOUT};
 pub use status::{classify_status, classify_status_at};
 pub use transport::classify_error;

@@ -1,4 +1,5 @@
-//! One call: key header, send, classify, detect a replay.
+//! One call: key header, send, classify, detect a replay; and a client
+//! that leaves the retries to idem.
 
 use std::time::Duration;
 
@@ -6,7 +7,7 @@ use idem_runtime::Ctx;
 use reqwest::{ClientBuilder, RequestBuilder, Response};
 
 use crate::error::HttpError;
-use crate::key::{mark_if_replayed, KeyHeader, IDEMPOTENCY_KEY};
+use crate::headers::{mark_if_replayed, KeyHeader, IDEMPOTENCY_KEY};
 use crate::redact::redact_url;
 
 /// How long [`client_builder`] lets a connection attempt take.
@@ -79,5 +80,43 @@ pub async fn send(ctx: &Ctx, request: RequestBuilder) -> Result<Response, HttpEr
         Ok(response)
     } else {
         Err(HttpError::from_response(method, response, keyed).await)
+    }
+}
+
+/// Idempotency for a [`reqwest::RequestBuilder`]: the key header and a send
+/// that classifies. In scope with `use idem::http::RequestBuilderExt`.
+pub trait RequestBuilderExt: Sized {
+    /// Sets `Idempotency-Key` to the call's key in Stripe's form. Without a
+    /// key (a `read_only` tool, or outside a tool call) the request is left
+    /// as it is: there is nothing for the provider to deduplicate by.
+    fn idempotency_key(self, ctx: &Ctx) -> RequestBuilder {
+        self.idempotency_key_as(ctx, KeyHeader::Stripe)
+    }
+
+    /// Sets `Idempotency-Key` to the call's key in the given form (replacing
+    /// any value set before); without a key, as [`idempotency_key`](Self::idempotency_key).
+    fn idempotency_key_as(self, ctx: &Ctx, form: KeyHeader) -> RequestBuilder;
+
+    /// [`crate::send`] this request: key header, send, status
+    /// classification, replay detection.
+    fn send_idem(
+        self,
+        ctx: &Ctx,
+    ) -> impl std::future::Future<Output = Result<reqwest::Response, HttpError>> + Send;
+}
+
+impl RequestBuilderExt for RequestBuilder {
+    fn idempotency_key_as(self, ctx: &Ctx, form: KeyHeader) -> RequestBuilder {
+        match ctx.try_idempotency_key() {
+            Some(key) => self.header(IDEMPOTENCY_KEY, form.value(key)),
+            None => self,
+        }
+    }
+
+    fn send_idem(
+        self,
+        ctx: &Ctx,
+    ) -> impl std::future::Future<Output = Result<reqwest::Response, HttpError>> + Send {
+        send(ctx, self)
     }
 }

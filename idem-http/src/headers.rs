@@ -3,7 +3,6 @@
 
 use idem_runtime::{Ctx, IdemKey};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use reqwest::RequestBuilder;
 
 /// `Idempotency-Key`, the request header carrying [`Ctx::idempotency_key`].
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -71,44 +70,6 @@ pub fn mark_if_replayed(ctx: &Ctx, headers: &HeaderMap) -> bool {
         ctx.mark_provider_replay();
     }
     replayed
-}
-
-/// Idempotency for a [`reqwest::RequestBuilder`]: the key header and a send
-/// that classifies. In scope with `use idem::http::RequestBuilderExt`.
-pub trait RequestBuilderExt: Sized {
-    /// Sets `Idempotency-Key` to the call's key in Stripe's form. Without a
-    /// key (a `read_only` tool, or outside a tool call) the request is left
-    /// as it is: there is nothing for the provider to deduplicate by.
-    fn idempotency_key(self, ctx: &Ctx) -> RequestBuilder {
-        self.idempotency_key_as(ctx, KeyHeader::Stripe)
-    }
-
-    /// Sets `Idempotency-Key` to the call's key in the given form (replacing
-    /// any value set before); without a key, as [`idempotency_key`](Self::idempotency_key).
-    fn idempotency_key_as(self, ctx: &Ctx, form: KeyHeader) -> RequestBuilder;
-
-    /// [`crate::send`] this request: key header, send, status
-    /// classification, replay detection.
-    fn send_idem(
-        self,
-        ctx: &Ctx,
-    ) -> impl std::future::Future<Output = Result<reqwest::Response, crate::HttpError>> + Send;
-}
-
-impl RequestBuilderExt for RequestBuilder {
-    fn idempotency_key_as(self, ctx: &Ctx, form: KeyHeader) -> RequestBuilder {
-        match ctx.try_idempotency_key() {
-            Some(key) => self.header(IDEMPOTENCY_KEY, form.value(key)),
-            None => self,
-        }
-    }
-
-    fn send_idem(
-        self,
-        ctx: &Ctx,
-    ) -> impl std::future::Future<Output = Result<reqwest::Response, crate::HttpError>> + Send {
-        crate::send(ctx, self)
-    }
 }
 
 #[cfg(test)]
