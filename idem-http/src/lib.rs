@@ -122,7 +122,9 @@
 //! attempt that hangs after the request was sent is `Ambiguous` either way.
 //! A connection that does not come up within the client's
 //! `connect_timeout` ([`client_builder`] sets [`CONNECT_TIMEOUT`]) is
-//! `NotSent`.
+//! `NotSent`. The start of an error response's body is read for the
+//! message under the same timeout; a body that stalls keeps what arrived,
+//! and the status decides the classification.
 
 #![warn(missing_docs)]
 

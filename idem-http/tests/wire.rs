@@ -160,6 +160,24 @@ async fn a_body_cut_short_is_ambiguous() {
     );
 }
 
+#[tokio::test]
+async fn an_error_body_that_stalls_keeps_the_status_and_what_arrived() {
+    let (_dir, ctx) = ctx();
+    let start = "{\"error\":\"overloaded\"";
+    let server = Server::always(Answer::StallInBody {
+        status: 503,
+        start: start.into(),
+    })
+    .await;
+    let client = http::client_builder().timeout(TIMEOUT).build().unwrap();
+    let err = post(&ctx, &client, &server.url("/v1/charges"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(reqwest::StatusCode::SERVICE_UNAVAILABLE));
+    assert_eq!(err.body_excerpt(), Some(format!("{start}…").as_str()));
+    assert_eq!(err.classify(), Failure::ambiguous(), "{err}");
+}
+
 /// The server's `Date` and a `Retry-After` 17 s after it, in both forms.
 fn retry_after_forms() -> [Vec<(String, String)>; 2] {
     let date = SystemTime::now();

@@ -34,6 +34,9 @@ pub enum Answer {
     /// Read the body, answer 200 with a `Content-Length` longer than the
     /// body sent, then close.
     TruncatedBody,
+    /// Read the body, answer `status` with the start of a longer body, then
+    /// keep the connection open, silent.
+    StallInBody { status: u16, start: String },
 }
 
 impl Answer {
@@ -232,6 +235,14 @@ async fn serve(
                 )
                 .await;
             None
+        }
+        Answer::StallInBody { status, start } => {
+            let head = format!(
+                "HTTP/1.1 {status} {}\r\ncontent-length: 100000\r\n\r\n",
+                reason(status)
+            );
+            let _ = socket.write_all(format!("{head}{start}").as_bytes()).await;
+            Some(socket)
         }
         Answer::Respond {
             status,
