@@ -65,6 +65,12 @@
 
 pub use idem_runtime::*;
 
+/// HTTP providers over reqwest: classification of statuses and errors, the
+/// `Idempotency-Key` header, replay detection (feature `http`).
+#[cfg(feature = "http")]
+#[doc(inline)]
+pub use idem_http as http;
+
 /// Makes an async function or `&self` method a retry-safe tool.
 ///
 /// ```text
