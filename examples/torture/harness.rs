@@ -50,6 +50,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::{Error, Escalation, EventKind, Resolution, Runtime, ToolError};
+use idem_testkit::powercut::{PowerCutFs, Survival};
 use idem_testkit::{Chaos, Charge, ChargeOutcome, ProviderAddrs, Providers, SplitMix64};
 
 use crate::shop::{self, Moment, Shop, EFFECT_TOOLS};
@@ -124,6 +125,17 @@ pub struct Config {
     /// Stop at the first round with a violation (its journal is kept for
     /// inspection); otherwise count and go on.
     pub stop_on_violation: bool,
+    /// Power-cut mode when above zero: the journal lives on a
+    /// [`PowerCutFs`], every kill is also a power cut, and rounds continue
+    /// until this many cuts happened (`kills` is then ignored).
+    pub power_cuts: u64,
+    /// Power-cut mode, diagnostic: before a round's first worker, the
+    /// harness creates the journal (opens and closes it) and fsyncs every
+    /// file and directory it consists of, and their parent, as a journal
+    /// whose creation is power-safe would itself. Off by default (the
+    /// journal is tested as users create it); on, the failures that remain
+    /// are those of a running journal.
+    pub sync_new_journal: bool,
 }
 
 impl Config {
@@ -141,7 +153,21 @@ impl Config {
             chaos: ChaosMode::Alternate,
             progress_every: 0,
             stop_on_violation: true,
+            power_cuts: 0,
+            sync_new_journal: false,
         }
+    }
+
+    /// Settings for a power-cut run of `cuts` cuts.
+    pub fn power_cuts(cuts: u64) -> Config {
+        Config {
+            power_cuts: cuts,
+            ..Config::new(0)
+        }
+    }
+
+    fn power_cut_mode(&self) -> bool {
+        self.power_cuts > 0
     }
 }
 
@@ -208,6 +234,37 @@ pub struct Summary {
     pub elapsed: Duration,
     /// Everything that went wrong, with the evidence.
     pub violations: Vec<String>,
+    /// Power-cut mode: the run cut the power (the counts below are zero
+    /// otherwise).
+    pub power_cut_mode: bool,
+    /// Cuts: `random_cuts + crashpoint_cuts + exit_cuts`.
+    pub power_cuts: u64,
+    /// At a random instant (the parent's SIGKILL).
+    pub random_cuts: u64,
+    /// Right after a worker killed itself at an instrumented point.
+    pub crashpoint_cuts: u64,
+    /// After the last worker of a round exited cleanly, before the checks:
+    /// what it was told is done must survive.
+    pub exit_cuts: u64,
+    /// Cuts that kept a seeded prefix of the unsynced writes (the others
+    /// kept nothing unsynced).
+    pub prefix_cuts: u64,
+    /// Unsynced file writes and truncations the cuts dropped or tore.
+    pub writes_dropped: u64,
+    pub writes_torn: u64,
+    /// Unsynced directory changes the cuts undid.
+    pub entries_undone: u64,
+    /// Opens after a cut that refused with a clear error while nothing
+    /// acknowledged was in the journal: acceptable (the round starts over
+    /// on a fresh journal).
+    pub refused_opens: u64,
+    /// Opens after a cut that failed otherwise: refused although the journal
+    /// had acknowledged operations (each also counted in `lost`), or died
+    /// without a clear error.
+    pub reopen_failures: u64,
+    /// Journals that opened after a cut as if new although they had
+    /// acknowledged operations (each also counted in `lost`).
+    pub forgotten: u64,
 }
 
 impl Summary {
@@ -217,12 +274,28 @@ impl Summary {
 
     /// True when every check held.
     pub fn ok(&self) -> bool {
-        self.violations.is_empty() && self.duplicates == 0 && self.lost == 0 && self.audit_gaps == 0
+        self.violations.is_empty()
+            && self.duplicates == 0
+            && self.lost == 0
+            && self.audit_gaps == 0
+            && self.reopen_failures == 0
+    }
+
+    /// The progress the run is measured by: cuts or kills.
+    fn progress(&self) -> u64 {
+        if self.power_cut_mode {
+            self.power_cuts
+        } else {
+            self.kills
+        }
     }
 }
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.power_cut_mode {
+            return self.fmt_power_cuts(f);
+        }
         let per_tool: Vec<String> = self
             .escalations
             .iter()
@@ -252,6 +325,65 @@ impl fmt::Display for Summary {
             self.resolved_reissue,
             self.audit_gaps,
             self.violations.len(),
+            self.workflows,
+            self.rounds,
+            self.chaos_rounds,
+            self.incarnations,
+            self.journal_opens,
+            self.faults,
+            self.recoveries,
+            self.verifications,
+            self.provider_replays,
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+impl Summary {
+    fn per_tool(&self) -> String {
+        let per_tool: Vec<String> = self
+            .escalations
+            .iter()
+            .map(|(t, n)| format!("{t}={n}"))
+            .collect();
+        if per_tool.is_empty() {
+            "none".to_string()
+        } else {
+            per_tool.join(" ")
+        }
+    }
+
+    fn fmt_power_cuts(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "power-cut summary: seed={:#x} power_cuts={} duplicates={} lost={} \
+             reopen_failures={} refused_opens={} forgotten={} audit_gaps={} violations={} \
+             (cuts: random={} crashpoint={} after_exit={} prefix_kept={}; \
+             writes_dropped={} writes_torn={} entries_undone={}) operations={} \
+             escalations={} ({}; landed={} reissued={}) workflows={} rounds={} (chaos={}) \
+             incarnations={} journal_reopens={} faults={} recoveries={} verifications={} \
+             provider_replays={} elapsed={:.1}s",
+            self.seed,
+            self.power_cuts,
+            self.duplicates,
+            self.lost,
+            self.reopen_failures,
+            self.refused_opens,
+            self.forgotten,
+            self.audit_gaps,
+            self.violations.len(),
+            self.random_cuts,
+            self.crashpoint_cuts,
+            self.exit_cuts,
+            self.prefix_cuts,
+            self.writes_dropped,
+            self.writes_torn,
+            self.entries_undone,
+            self.operations,
+            self.escalation_total(),
+            self.per_tool(),
+            self.resolved_landed,
+            self.resolved_reissue,
             self.workflows,
             self.rounds,
             self.chaos_rounds,
@@ -411,7 +543,14 @@ async fn worker() -> i32 {
 
     let hook: shop::Hook = {
         let seen = Arc::new(AtomicU64::new(0));
-        Arc::new(move |moment, tool, _order| {
+        let status = status.clone();
+        Arc::new(move |moment, tool, order| {
+            if moment == Moment::Sending {
+                // The INTENT of this operation is durable (acknowledged):
+                // evidence, outside the journal, for judging an open that
+                // fails after a power cut.
+                status_line(&status, &format!("SENDING {tool} {order}"));
+            }
             if let Some(point) = &crash {
                 if point.moment == moment
                     && point.tool == tool
@@ -557,19 +696,34 @@ async fn run_rounds(
     let mut rng = SplitMix64::new(config.seed);
     let mut summary = Summary {
         seed: config.seed,
+        power_cut_mode: config.power_cut_mode(),
         ..Summary::default()
     };
     let mut span: Option<Duration> = None;
+    let (target, unit) = if config.power_cut_mode() {
+        (config.power_cuts, "power cuts")
+    } else {
+        (config.kills, "kills")
+    };
     log(&format!(
-        "torture: seed={:#x} (IDEM_TORTURE_SEED={:#x} to rerun the same plan), target {} kills, \
-         {} orders per round, {} at once",
-        config.seed, config.seed, config.kills, config.workflows, config.concurrency
+        "torture: seed={:#x} (IDEM_TORTURE_SEED={:#x} to rerun the same plan), target {target} \
+         {unit}, {} orders per round, {} at once",
+        config.seed, config.seed, config.workflows, config.concurrency
     ));
-    while summary.kills < config.kills && summary.rounds < config.max_rounds {
+    if config.power_cut_mode() {
+        if let Err(e) = idem_testkit::powercut::check_fuse() {
+            summary
+                .violations
+                .push(format!("power-cut mode needs FUSE: {e}"));
+            return summary;
+        }
+    }
+    while summary.progress() < target && summary.rounds < config.max_rounds {
         if started.elapsed() > config.max_elapsed {
             summary.violations.push(format!(
-                "only {} of {} kills after {:?} (max_elapsed)",
-                summary.kills, config.kills, config.max_elapsed
+                "only {} of {target} {unit} after {:?} (max_elapsed)",
+                summary.progress(),
+                config.max_elapsed
             ));
             break;
         }
@@ -590,10 +744,10 @@ async fn run_rounds(
         }
         if config.progress_every > 0 && summary.rounds.is_multiple_of(config.progress_every) {
             log(&format!(
-                "  after {} rounds: {} kills, {} operations, {} duplicates, {} lost, {} escalations, \
+                "  after {} rounds: {} {unit}, {} operations, {} duplicates, {} lost, {} escalations, \
                  {} audit gaps, {} violations, {:.0}s",
                 summary.rounds,
-                summary.kills,
+                summary.progress(),
                 summary.operations,
                 summary.duplicates,
                 summary.lost,
@@ -616,6 +770,11 @@ struct Round<'c> {
     chaos: Option<(u64, bool)>,
     /// This round's own generator, split off the harness's.
     rng: SplitMix64,
+    /// Power-cut mode: operations whose INTENT the current journal
+    /// acknowledged as durable (a worker reached the moment of sending),
+    /// and resolutions it acknowledged; what it must never forget.
+    acknowledged: std::collections::BTreeSet<(String, u64)>,
+    resolutions: u64,
 }
 
 impl<'c> Round<'c> {
@@ -639,7 +798,67 @@ impl<'c> Round<'c> {
             prefix: format!("t{:x}-r{index}", config.seed),
             chaos,
             rng,
+            acknowledged: std::collections::BTreeSet::new(),
+            resolutions: 0,
         }
+    }
+
+    /// Power-cut mode: cuts the power of `disk` (already off if the
+    /// parent's kill did it) and boots it again, keeping nothing unsynced or
+    /// a seeded prefix of it, half the time each.
+    /// Returns what the cut lost, for the round's history.
+    fn power_cut(
+        &mut self,
+        disk: &mut PowerCutFs,
+        summary: &mut Summary,
+    ) -> Result<String, String> {
+        let survival = if self.rng.below(2) == 0 {
+            Survival::SyncedOnly
+        } else {
+            summary.prefix_cuts += 1;
+            Survival::SeededPrefix(self.rng.next_u64())
+        };
+        let report = disk
+            .restart(survival)
+            .map_err(|e| format!("the power-cut file system did not come back: {e}"))?;
+        summary.power_cuts += 1;
+        summary.writes_dropped += report.changes_lost;
+        summary.writes_torn += report.torn_writes;
+        summary.entries_undone += report.entries_lost;
+        Ok(format!(
+            "CUT {survival:?} lost [{}]",
+            if report.lost.is_empty() {
+                "nothing".to_string()
+            } else {
+                report.lost.join(", ")
+            }
+        ))
+    }
+
+    /// What a journal that cannot be used after a cut costs: nothing if it
+    /// never acknowledged anything (a refusal with a clear error is then
+    /// fine, and the operator starts it over), else every operation it
+    /// acknowledged is lost.
+    fn judge_unopenable(
+        &self,
+        clear_error: bool,
+        what: &str,
+        summary: &mut Summary,
+    ) -> Result<(), String> {
+        let acked = self.acknowledged.len() as u64 + self.resolutions;
+        if clear_error && acked == 0 {
+            summary.refused_opens += 1;
+            return Ok(());
+        }
+        summary.reopen_failures += 1;
+        summary.lost += acked;
+        Err(format!(
+            "REOPEN FAILURE after a power cut: {what}; the journal had acknowledged {} \
+             operations ({:?}) and {} resolutions",
+            self.acknowledged.len(),
+            self.acknowledged,
+            self.resolutions
+        ))
     }
 
     fn plan(&mut self, span: Option<Duration>) -> Plan {
@@ -679,7 +898,19 @@ impl<'c> Round<'c> {
             .prefix("idem-torture-")
             .tempdir()
             .map_err(|e| format!("tempdir: {e}"))?;
-        let journal = dir.path().join("journal");
+        // Power-cut mode: the journal on a disk that loses what a power cut
+        // loses; status files, stderr and the providers stay outside it.
+        let mut disk = if self.config.power_cut_mode() {
+            let at = dir.path().join("disk");
+            std::fs::create_dir(&at).map_err(|e| format!("mount point: {e}"))?;
+            Some(PowerCutFs::mount(&at).map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        let journal = match &disk {
+            Some(d) => d.mountpoint().join("journal"),
+            None => dir.path().join("journal"),
+        };
         let providers = Providers::start()
             .await
             .map_err(|e| format!("providers: {e}"))?;
@@ -704,6 +935,9 @@ impl<'c> Round<'c> {
                 .set_chaos(Some(chaos(s.next_u64(), reads, true)));
         }
 
+        if let (Some(disk), true) = (disk.as_ref(), self.config.sync_new_journal) {
+            create_synced(disk, &journal)?;
+        }
         let mut last_death: Option<Instant> = None;
         let mut finished = false;
         let mut last_stderr = String::new();
@@ -713,15 +947,92 @@ impl<'c> Round<'c> {
             let status = dir.path().join(format!("status-{incarnation}"));
             let stderr = dir.path().join(format!("stderr-{incarnation}"));
             let began = Instant::now();
-            let end = self
-                .incarnation(worker, &plan, &journal, &status, &stderr, &providers)
+            let (end, cut_now) = self
+                .incarnation(
+                    worker,
+                    &plan,
+                    &journal,
+                    (&status, &stderr),
+                    &providers,
+                    disk.as_ref(),
+                )
                 .await?;
             summary.incarnations += 1;
             history.push(format!("#{incarnation} {plan:?} -> {end:?}"));
             let text = std::fs::read_to_string(&status).unwrap_or_default();
             last_stderr = std::fs::read_to_string(&stderr).unwrap_or_default();
-            if text.lines().any(|l| l.starts_with("OPENED")) {
+            let opened = text.lines().find(|l| l.starts_with("OPENED"));
+            if opened.is_some() {
                 summary.journal_opens += 1;
+            }
+            if let Some(disk) = disk.as_mut() {
+                // A journal that opens empty although it acknowledged
+                // operations before the cut forgot them: the silent re-run
+                // power loss must never cause.
+                let acked = self.acknowledged.len() as u64 + self.resolutions;
+                if opened.and_then(audit_events) == Some(0) && acked > 0 {
+                    summary.forgotten += 1;
+                    summary.lost += acked;
+                    return Err(format!(
+                        "FORGOTTEN: after a power cut the journal opened with no audit event \
+                         although it had acknowledged {:?} and {} resolutions (incarnation \
+                         {incarnation}); incarnations: {}",
+                        self.acknowledged,
+                        self.resolutions,
+                        history.join("; ")
+                    ));
+                }
+                for line in text.lines() {
+                    let mut words = line.split_whitespace();
+                    if let (Some("SENDING"), Some(tool), Some(order)) =
+                        (words.next(), words.next(), words.next())
+                    {
+                        if let Ok(order) = order.parse() {
+                            self.acknowledged.insert((tool.to_string(), order));
+                        }
+                    }
+                }
+                let died = matches!(end, End::Signal(9));
+                if cut_now || died {
+                    summary.kills += 1;
+                    if matches!(plan, Plan::Crash(_)) && !cut_now {
+                        summary.crashpoint_kills += 1;
+                        summary.crashpoint_cuts += 1;
+                    } else {
+                        summary.random_kills += 1;
+                        summary.random_cuts += 1;
+                    }
+                    history.push(self.power_cut(disk, summary)?);
+                    last_death = Some(Instant::now());
+                }
+                if let Some(l) = text.lines().find(|l| l.starts_with("OPEN-FAILED")) {
+                    let what = format!(
+                        "incarnation {incarnation} (plan {plan:?}): {l}\nincarnations: {}",
+                        history.join("; ")
+                    );
+                    self.judge_unopenable(true, &what, summary)?;
+                    // Refused, and nothing acknowledged: the operator
+                    // starts the journal over.
+                    history.push("refused to open; started over".into());
+                    remove_journal(disk, &journal)?;
+                    if self.config.sync_new_journal {
+                        create_synced(disk, &journal)?;
+                    }
+                    continue;
+                }
+                if opened.is_none() && !cut_now && !died {
+                    let what = format!(
+                        "incarnation {incarnation} (plan {plan:?}) ended {end:?} without \
+                         opening the journal:\n{text}\n{last_stderr}\nincarnations: {}",
+                        history.join("; ")
+                    );
+                    // Never fine (an open must fail with a clear error):
+                    // returns the violation.
+                    self.judge_unopenable(false, &what, summary)?;
+                }
+                if cut_now || died {
+                    continue;
+                }
             }
             if let Some(l) = text.lines().find(|l| l.starts_with("OPEN-FAILED")) {
                 return Err(format!(
@@ -745,8 +1056,10 @@ impl<'c> Round<'c> {
                         format!("worker exited 0 without a DONE line: {text}\n{last_stderr}")
                     })?;
                     if parked > 0 {
-                        self.operate(&journal, &providers, last_death, summary)
-                            .await?;
+                        self.resolutions += self
+                            .operate(&journal, &providers, last_death, summary)
+                            .await
+                            .map_err(|e| format!("{e}\nincarnations: {}", history.join("; ")))?;
                     }
                     if done == self.config.workflows {
                         finished = true;
@@ -778,6 +1091,12 @@ impl<'c> Round<'c> {
         }
         summary.workflows += self.config.workflows;
         summary.operations += self.config.workflows * EFFECT_TOOLS.len() as u64;
+        if let Some(disk) = disk.as_mut() {
+            // Every order is done, as the worker was told: that must
+            // survive the power going now.
+            history.push(self.power_cut(disk, summary)?);
+            summary.exit_cuts += 1;
+        }
         let checked = self.check(&journal, &providers, summary).await;
         for p in [
             providers.payments().faults().stats(),
@@ -792,6 +1111,11 @@ impl<'c> Round<'c> {
             let history = history.join("; ");
             // Keep the evidence on disk, for the first few failing rounds.
             if summary.violations.len() < KEEP_AT_MOST {
+                if let Some(disk) = &disk {
+                    // After the last cut the durable image is the state:
+                    // a plain copy that `--dump DIR/image/journal` reads.
+                    let _ = disk.save_durable(dir.path().join("image"));
+                }
                 let kept = dir.keep();
                 return Err(format!(
                     "{problems}\nincarnations: {history}\n(journal and worker status files kept in {})",
@@ -805,15 +1129,19 @@ impl<'c> Round<'c> {
 
     /// Starts one worker and sees it end: by itself, by our SIGKILL, or by
     /// the watchdog.
+    ///
+    /// Power-cut mode (`disk`): a kill by the parent powers the disk off
+    /// first; the returned flag says it did.
     async fn incarnation(
         &self,
         worker: &dyn Fn() -> std::process::Command,
         plan: &Plan,
         journal: &Path,
-        status: &Path,
-        stderr: &Path,
+        (status, stderr): (&Path, &Path),
         providers: &Providers,
-    ) -> Result<End, String> {
+        disk: Option<&PowerCutFs>,
+    ) -> Result<(End, bool), String> {
+        let mut cut = false;
         let mut command = tokio::process::Command::from(worker());
         command
             .env(WORKER_ENV, "1")
@@ -843,6 +1171,12 @@ impl<'c> Round<'c> {
                 tokio::select! {
                     status = child.wait() => Some(status),
                     () = tokio::time::sleep(*delay) => {
+                        // Power-cut mode: the power goes first, so nothing
+                        // the worker does from this instant reaches the disk.
+                        if let Some(disk) = disk {
+                            disk.power_off();
+                            cut = true;
+                        }
                         // SIGKILL. If it exited meanwhile, its status says so.
                         let _ = child.start_kill();
                         Some(child.wait().await)
@@ -853,17 +1187,17 @@ impl<'c> Round<'c> {
         };
         let Some(status) = status else {
             let _ = child.kill().await;
-            return Ok(End::Watchdog);
+            return Ok((End::Watchdog, cut));
         };
         let status = status.map_err(|e| format!("wait for worker: {e}"))?;
         #[cfg(unix)]
         {
             use std::os::unix::process::ExitStatusExt;
             if let Some(signal) = status.signal() {
-                return Ok(End::Signal(signal));
+                return Ok((End::Signal(signal), cut));
             }
         }
-        Ok(End::Exited(status.code().unwrap_or(-1)))
+        Ok((End::Exited(status.code().unwrap_or(-1)), cut))
     }
 
     /// The operator: settles every open escalation from the provider's
@@ -874,13 +1208,22 @@ impl<'c> Round<'c> {
         providers: &Providers,
         last_death: Option<Instant>,
         summary: &mut Summary,
-    ) -> Result<(), String> {
+    ) -> Result<u64, String> {
         if let Some(died) = last_death {
             let settled = died + SETTLE;
             tokio::time::sleep_until(settled.into()).await;
         }
-        let rt =
-            Runtime::open(journal).map_err(|e| format!("operator cannot open the journal: {e}"))?;
+        let rt = match Runtime::open(journal) {
+            Ok(rt) => rt,
+            Err(e) => {
+                let what = format!("operator cannot open the journal: {e}");
+                if self.config.power_cut_mode() {
+                    self.judge_unopenable(true, &what, summary)?;
+                }
+                return Err(what);
+            }
+        };
+        let mut resolved = 0;
         let open = rt
             .escalations()
             .map_err(|e| format!("escalations(): {e}"))?;
@@ -896,8 +1239,9 @@ impl<'c> Round<'c> {
             }
             rt.resolve(&esc.key, resolution, &note)
                 .map_err(|e| format!("resolve {}: {e}", esc.key))?;
+            resolved += 1;
         }
-        Ok(())
+        Ok(resolved)
     }
 
     /// Every check of a finished round. Counts duplicates and lost
@@ -948,7 +1292,16 @@ impl<'c> Round<'c> {
         }
 
         // 2. The journal: reopens, nothing parked, one commit per operation.
-        let rt = Runtime::open(journal).map_err(|e| format!("the journal did not reopen: {e}"))?;
+        let rt = match Runtime::open(journal) {
+            Ok(rt) => rt,
+            Err(e) => {
+                let what = format!("the journal did not reopen: {e}");
+                if self.config.power_cut_mode() {
+                    self.judge_unopenable(true, &what, summary)?;
+                }
+                return Err(what);
+            }
+        };
         match rt.escalations() {
             Ok(open) if open.is_empty() => {}
             Ok(open) => problems.push(format!(
@@ -1055,6 +1408,46 @@ impl<'c> Round<'c> {
             Err(problems.join("\n"))
         }
     }
+}
+
+/// `OPENED audit events=N ...` → N.
+fn audit_events(opened: &str) -> Option<u64> {
+    opened
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("events="))
+        .and_then(|n| n.parse().ok())
+}
+
+/// The operator's answer to a journal that refused to open and never
+/// acknowledged anything: remove it (durably) so the next worker creates
+/// it anew.
+fn remove_journal(disk: &PowerCutFs, journal: &Path) -> Result<(), String> {
+    match std::fs::remove_dir_all(journal) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("remove the refused journal: {e}")),
+    }
+    std::fs::File::open(disk.mountpoint())
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("sync the disk's root: {e}"))
+}
+
+/// Creates the journal and makes every file and directory of it durable,
+/// its entry in the disk's root included (see
+/// [`Config::sync_new_journal`]).
+fn create_synced(disk: &PowerCutFs, journal: &Path) -> Result<(), String> {
+    drop(Runtime::open(journal).map_err(|e| format!("create the journal: {e}"))?);
+    fn sync_tree(path: &Path) -> std::io::Result<()> {
+        if path.is_dir() {
+            for entry in std::fs::read_dir(path)? {
+                sync_tree(&entry?.path())?;
+            }
+        }
+        std::fs::File::open(path)?.sync_all()
+    }
+    sync_tree(journal)
+        .and_then(|()| std::fs::File::open(disk.mountpoint())?.sync_all())
+        .map_err(|e| format!("sync the new journal: {e}"))
 }
 
 fn ledger_sizes(p: &Providers) -> [usize; 4] {

@@ -20,7 +20,7 @@
 //! return [`ProviderError`], which implements [`idem_runtime::Classify`]
 //! by how far each request provably got.
 //!
-//! With the `powercut` feature, [`powercut::PowerCutFs`] is a FUSE file
+//! With the `powercut` feature, `powercut::PowerCutFs` is a FUSE file
 //! system that loses what a power cut loses, for testing durability (the
 //! journal under power loss) where SIGKILL cannot.
 //!

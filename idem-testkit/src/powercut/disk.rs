@@ -39,8 +39,8 @@ pub enum Survival {
     SeededPrefix(u64),
 }
 
-/// What a cut did, for the caller's statistics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a cut did, for the caller's statistics and post-mortems.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CutReport {
     /// Unsynced writes and truncations (of all files) that were lost.
     pub changes_lost: u64,
@@ -55,6 +55,10 @@ pub struct CutReport {
     pub entries_kept: u64,
     /// Files and directories that no longer exist after the cut.
     pub inodes_freed: u64,
+    /// What was lost, one line per file or directory change, by the paths
+    /// they had before the cut: `journal/db: 3 of 5 unsynced changes lost`,
+    /// `undone: create journal/conf`.
+    pub lost: Vec<String>,
 }
 
 /// The kind of an inode.
@@ -712,6 +716,22 @@ impl Disk {
     pub(crate) fn restart(&mut self, survival: Survival) -> CutReport {
         self.powered = false;
         let mut report = CutReport::default();
+        let paths = self.current_paths();
+        let path = |ino: Ino| {
+            paths
+                .get(&ino)
+                .cloned()
+                .unwrap_or_else(|| format!("<unlinked inode {ino}>"))
+        };
+        let entry = |dir: Ino, name: &OsStr| {
+            let dir = path(dir);
+            let name = name.to_string_lossy();
+            if dir.is_empty() {
+                name.into_owned()
+            } else {
+                format!("{dir}/{name}")
+            }
+        };
         let mut rng = match survival {
             Survival::SyncedOnly => None,
             Survival::SeededPrefix(seed) => Some(SplitMix64::new(seed)),
@@ -723,15 +743,29 @@ impl Disk {
         for op in &log[..keep] {
             self.persist(op);
         }
+        for op in &log[keep..] {
+            let what = match op.changes.as_slice() {
+                [from, to] => format!(
+                    "rename {} -> {}",
+                    entry(from.dir, &from.name),
+                    entry(to.dir, &to.name)
+                ),
+                [c] if c.new.is_some() => format!("create {}", entry(c.dir, &c.name)),
+                [c] => format!("remove {}", entry(c.dir, &c.name)),
+                _ => "a directory change".to_string(),
+            };
+            report.lost.push(format!("undone: {what}"));
+        }
         report.entries_kept = keep as u64;
         report.entries_lost = (log.len() - keep) as u64;
 
         // Then each file's contents, in inode order (deterministic).
-        for node in self.nodes.values_mut() {
+        for (ino, node) in self.nodes.iter_mut() {
             let Body::File(f) = &mut node.body else {
                 continue;
             };
             let pending = std::mem::take(&mut f.pending);
+            let mut torn = false;
             let keep = rng
                 .as_mut()
                 .map_or(0, |r| r.below(pending.len() as u64 + 1)) as usize;
@@ -741,6 +775,7 @@ impl Disk {
                         let survived = r.below(bytes.len() as u64 + 1) as usize;
                         if survived < bytes.len() {
                             report.torn_writes += 1;
+                            torn = true;
                         }
                         write_at(&mut f.durable, *offset, &bytes[..survived]);
                     }
@@ -749,6 +784,17 @@ impl Disk {
             }
             report.changes_kept += keep as u64;
             report.changes_lost += (pending.len() - keep) as u64;
+            if keep < pending.len() || torn {
+                report.lost.push(format!(
+                    "{}: {} of {} unsynced changes lost{} ({} bytes now, {} before the cut)",
+                    path(*ino),
+                    pending.len() - keep,
+                    pending.len(),
+                    if torn { ", the last kept one torn" } else { "" },
+                    f.durable.len(),
+                    f.data.len()
+                ));
+            }
             f.data = f.durable.clone();
         }
 
@@ -795,6 +841,33 @@ impl Disk {
         self.boot += 1;
         self.powered = true;
         report
+    }
+
+    /// The current path of every inode the root reaches now.
+    fn current_paths(&self) -> HashMap<Ino, String> {
+        let mut paths = HashMap::from([(ROOT, String::new())]);
+        let mut queue = VecDeque::from([ROOT]);
+        while let Some(at) = queue.pop_front() {
+            let Some(Node {
+                body: Body::Dir(d), ..
+            }) = self.nodes.get(&at)
+            else {
+                continue;
+            };
+            let base = paths[&at].clone();
+            for (name, ino) in &d.entries {
+                let name = name.to_string_lossy();
+                let p = if base.is_empty() {
+                    name.into_owned()
+                } else {
+                    format!("{base}/{name}")
+                };
+                if paths.insert(*ino, p).is_none() {
+                    queue.push_back(*ino);
+                }
+            }
+        }
+        paths
     }
 
     /// The durable image as a tree of paths, for saving it to a real
@@ -852,10 +925,18 @@ mod tests {
         d.sync_file(a).unwrap();
         d.write(a, 7, b" and volatile").unwrap();
         d.set_len(a, 3).unwrap();
+        d.create(ROOT, name("b"), 0o644, 0, 0).unwrap();
         let report = d.restart(Survival::SyncedOnly);
         assert_eq!(contents(&d, ROOT, "a").unwrap(), b"durable");
         assert_eq!(report.changes_lost, 2);
         assert_eq!(report.changes_kept, 0);
+        assert_eq!(
+            report.lost,
+            [
+                "undone: create b",
+                "a: 2 of 2 unsynced changes lost (7 bytes now, 3 before the cut)"
+            ]
+        );
     }
 
     #[test]
