@@ -82,6 +82,8 @@ fn assert_clean(summary: &harness::Summary, cuts: u64) {
     );
     assert!(summary.prefix_cuts > 0, "{summary}");
     assert!(summary.writes_dropped > 0, "{summary}");
+    // Every clean round replayed its large results (sled blob files).
+    assert_eq!(summary.large_results, summary.workflows, "{summary}");
     assert_eq!(summary.operations, summary.workflows * 4);
 }
 

@@ -34,6 +34,18 @@
 //! resolution per escalation; and running every workflow once more must
 //! replay everything without a single provider request.
 //!
+//! Power-cut mode ([`Config::power_cuts`]): the journal lives on
+//! idem-testkit's `PowerCutFs`; every kill is also a power cut (the parent's
+//! kill powers the disk off first; a worker that killed itself at a crash
+//! point is followed by a cut), and each round ends with one more cut after
+//! its last worker exited. Each order also ends with [`archive_order`], a
+//! result large enough for sled to store as a blob file, which must replay
+//! intact. A journal that does not open after a cut is acceptable only if
+//! it refused with a clear error and had acknowledged nothing (workers log
+//! each acknowledged INTENT to their status files, outside the cut disk);
+//! one that opens empty after acknowledging something is `forgotten`; both
+//! otherwise count as lost.
+//!
 //! Seeds make the plans reproducible; process timing is not, so a failing
 //! seed narrows a search rather than replays it exactly.
 
@@ -63,6 +75,54 @@ const ORDERS_ENV: &str = "IDEM_TORTURE_ORDERS";
 const PREFIX_ENV: &str = "IDEM_TORTURE_PREFIX";
 const CONCURRENCY_ENV: &str = "IDEM_TORTURE_CONCURRENCY";
 const CRASH_ENV: &str = "IDEM_TORTURE_CRASH";
+/// Set (power-cut mode): each order ends with [`archive_order`].
+const ARCHIVE_ENV: &str = "IDEM_TORTURE_ARCHIVE";
+
+/// The size of [`archive_order`]'s result: over sled 0.34's 128 KiB
+/// threshold, so the journal stores it in one of sled's blob files (a file
+/// and a directory entry of their own, which a power cut may take).
+const ARCHIVE_BYTES: usize = 160 << 10;
+
+/// Times [`archive_order`]'s body ran in this process.
+static ARCHIVE_RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// An archive that cannot fail (the error type a tool needs).
+#[derive(Debug)]
+pub struct NeverFails;
+
+impl std::fmt::Display for NeverFails {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("never")
+    }
+}
+
+impl idem::Classify for NeverFails {
+    fn classify(&self) -> idem::Failure {
+        idem::Failure::Semantic
+    }
+}
+
+/// Power-cut mode's last step of an order: a large, deterministic result,
+/// journaled like any other. Running it again is harmless (`provider`
+/// class, no effect), but once a call returned, the result must come back
+/// from the journal, byte for byte, without the body running again.
+#[idem::tool(class = "provider", key = "order_id")]
+pub async fn archive_order(ctx: &idem::Ctx, order_id: u64) -> Result<String, NeverFails> {
+    let _ = ctx;
+    ARCHIVE_RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(archive_body(order_id))
+}
+
+/// What [`archive_order`] returns for an order: hex digits of a seeded
+/// sequence (incompressible enough that sled cannot make it small).
+fn archive_body(order_id: u64) -> String {
+    let mut rng = SplitMix64::new(order_id);
+    let mut out = String::with_capacity(ARCHIVE_BYTES);
+    while out.len() < ARCHIVE_BYTES {
+        out.push_str(&format!("{:016x}", rng.next_u64()));
+    }
+    out
+}
 
 /// Worker exit codes.
 const EXIT_DONE: i32 = 0;
@@ -265,6 +325,9 @@ pub struct Summary {
     /// Journals that opened after a cut as if new although they had
     /// acknowledged operations (each also counted in `lost`).
     pub forgotten: u64,
+    /// Large results (sled blobs) that replayed intact after the round's
+    /// last cut.
+    pub large_results: u64,
 }
 
 impl Summary {
@@ -357,7 +420,8 @@ impl Summary {
         write!(
             f,
             "power-cut summary: seed={:#x} power_cuts={} duplicates={} lost={} \
-             reopen_failures={} refused_opens={} forgotten={} audit_gaps={} violations={} \
+             reopen_failures={} refused_opens={} forgotten={} audit_gaps={} large_results={} \
+             violations={} \
              (cuts: random={} crashpoint={} after_exit={} prefix_kept={}; \
              writes_dropped={} writes_torn={} entries_undone={}) operations={} \
              escalations={} ({}; landed={} reissued={}) workflows={} rounds={} (chaos={}) \
@@ -371,6 +435,7 @@ impl Summary {
             self.refused_opens,
             self.forgotten,
             self.audit_gaps,
+            self.large_results,
             self.violations.len(),
             self.random_cuts,
             self.crashpoint_cuts,
@@ -562,6 +627,7 @@ async fn worker() -> i32 {
         })
     };
     let shop = Arc::new(Shop::with_hook(addrs, hook));
+    let archive = std::env::var_os(ARCHIVE_ENV).is_some();
 
     // `concurrency` tasks, each taking every `concurrency`-th order.
     let mut tasks = tokio::task::JoinSet::new();
@@ -574,7 +640,14 @@ async fn worker() -> i32 {
             let mut order = first + lane;
             while order < first + count {
                 let ctx = rt.run(&root_run(&prefix, order));
-                let end = process(&shop, &ctx, order).await;
+                let mut end = process(&shop, &ctx, order).await;
+                if archive && matches!(end, OrderEnd::Done) {
+                    end = match archive_order(&ctx, order).await {
+                        Ok(body) if body == archive_body(order) => OrderEnd::Done,
+                        Ok(_) => OrderEnd::Fatal("archive_order returned other bytes".into()),
+                        Err(e) => OrderEnd::Fatal(format!("archive_order: {e}")),
+                    };
+                }
                 let fatal = matches!(end, OrderEnd::Fatal(_));
                 ends.push((order, end));
                 if fatal {
@@ -1155,12 +1228,16 @@ impl<'c> Round<'c> {
             .env(CONCURRENCY_ENV, self.config.concurrency.to_string())
             .envs(providers.addrs().to_env())
             .env_remove(CRASH_ENV)
+            .env_remove(ARCHIVE_ENV)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(stderr).map_err(|e| format!("stderr file: {e}"))?)
             .kill_on_drop(true);
         if let Plan::Crash(point) = plan {
             command.env(CRASH_ENV, point.to_env());
+        }
+        if disk.is_some() {
+            command.env(ARCHIVE_ENV, "1");
         }
         // The plan heads the status file, for post-mortems.
         status_line(status, &format!("PLAN {plan:?}"));
@@ -1213,12 +1290,12 @@ impl<'c> Round<'c> {
             let settled = died + SETTLE;
             tokio::time::sleep_until(settled.into()).await;
         }
-        let rt = match Runtime::open(journal) {
+        let rt = match open_journal(journal) {
             Ok(rt) => rt,
-            Err(e) => {
+            Err((clear, e)) => {
                 let what = format!("operator cannot open the journal: {e}");
                 if self.config.power_cut_mode() {
-                    self.judge_unopenable(true, &what, summary)?;
+                    self.judge_unopenable(clear, &what, summary)?;
                 }
                 return Err(what);
             }
@@ -1292,12 +1369,12 @@ impl<'c> Round<'c> {
         }
 
         // 2. The journal: reopens, nothing parked, one commit per operation.
-        let rt = match Runtime::open(journal) {
+        let rt = match open_journal(journal) {
             Ok(rt) => rt,
-            Err(e) => {
+            Err((clear, e)) => {
                 let what = format!("the journal did not reopen: {e}");
                 if self.config.power_cut_mode() {
-                    self.judge_unopenable(true, &what, summary)?;
+                    self.judge_unopenable(clear, &what, summary)?;
                 }
                 return Err(what);
             }
@@ -1393,6 +1470,39 @@ impl<'c> Round<'c> {
                 problems.push(format!("replaying order {order} failed: {stopped}"));
             }
         }
+        if self.config.power_cut_mode() {
+            // The archives (large results, sled blob files): each call
+            // returned in a worker, so each must replay from the journal.
+            for &order in &self.orders {
+                let ctx = rt.run(&root_run(&self.prefix, order));
+                let runs = ARCHIVE_RUNS.load(Ordering::SeqCst);
+                let outcome = archive_order(&ctx, order).await;
+                let reran = ARCHIVE_RUNS.load(Ordering::SeqCst) != runs;
+                match outcome {
+                    Ok(body) if body == archive_body(order) && !reran => {
+                        summary.large_results += 1;
+                    }
+                    Ok(body) => {
+                        summary.lost += 1;
+                        problems.push(format!(
+                            "LOST: the archive of order {order} ({} bytes) {}",
+                            body.len(),
+                            if reran {
+                                "was not in the journal although its call had returned"
+                            } else {
+                                "replayed other bytes"
+                            }
+                        ));
+                    }
+                    Err(e) => {
+                        summary.lost += 1;
+                        problems.push(format!(
+                            "LOST: the committed archive of order {order} does not replay: {e}"
+                        ));
+                    }
+                }
+            }
+        }
         if sent.load(Ordering::SeqCst) != 0 || ledger_sizes(providers) != before {
             summary.lost += sent.load(Ordering::SeqCst).max(1);
             problems.push(format!(
@@ -1406,6 +1516,25 @@ impl<'c> Round<'c> {
             Ok(())
         } else {
             Err(problems.join("\n"))
+        }
+    }
+}
+
+/// Opens the journal in the parent. After a power cut the storage under it
+/// may be damaged in ways that make sled 0.34 panic instead of failing; a
+/// panic is caught here (and reported as no clear error: `false`) so that
+/// the harness lives to count it.
+fn open_journal(journal: &Path) -> Result<Runtime, (bool, String)> {
+    match std::panic::catch_unwind(|| Runtime::open(journal)) {
+        Ok(Ok(rt)) => Ok(rt),
+        Ok(Err(e)) => Err((true, e.to_string())),
+        Err(panic) => {
+            let text = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err((false, format!("opening the journal panicked: {text}")))
         }
     }
 }
@@ -1436,7 +1565,7 @@ fn remove_journal(disk: &PowerCutFs, journal: &Path) -> Result<(), String> {
 /// its entry in the disk's root included (see
 /// [`Config::sync_new_journal`]).
 fn create_synced(disk: &PowerCutFs, journal: &Path) -> Result<(), String> {
-    drop(Runtime::open(journal).map_err(|e| format!("create the journal: {e}"))?);
+    drop(open_journal(journal).map_err(|(_, e)| format!("create the journal: {e}"))?);
     fn sync_tree(path: &Path) -> std::io::Result<()> {
         if path.is_dir() {
             for entry in std::fs::read_dir(path)? {
