@@ -1129,9 +1129,14 @@ impl<'c> Round<'c> {
                         format!("worker exited 0 without a DONE line: {text}\n{last_stderr}")
                     })?;
                     if parked > 0 {
-                        self.resolutions += self
-                            .operate(&journal, &providers, last_death, summary)
-                            .await
+                        let operated = CatchPanic(Box::pin(
+                            self.operate(&journal, &providers, last_death, summary),
+                        ))
+                        .await;
+                        self.resolutions += operated
+                            .unwrap_or_else(|panic| {
+                                Err(format!("the operator's journal panicked: {panic}"))
+                            })
                             .map_err(|e| format!("{e}\nincarnations: {}", history.join("; ")))?;
                     }
                     if done == self.config.workflows {
@@ -1170,7 +1175,15 @@ impl<'c> Round<'c> {
             history.push(self.power_cut(disk, summary)?);
             summary.exit_cuts += 1;
         }
-        let checked = self.check(&journal, &providers, summary).await;
+        let checked = CatchPanic(Box::pin(self.check(&journal, &providers, summary)))
+            .await
+            .unwrap_or_else(|panic| Err(format!("the journal panicked: {panic}")));
+        if let Err(why) = &checked {
+            if self.config.power_cut_mode() && why.starts_with("the journal panicked") {
+                // Damage read as a panic, not a clear error.
+                let _ = self.judge_unopenable(false, why, summary);
+            }
+        }
         for p in [
             providers.payments().faults().stats(),
             providers.email().faults().stats(),
@@ -1520,6 +1533,35 @@ impl<'c> Round<'c> {
     }
 }
 
+/// Runs a future, turning a panic inside it into `Err(message)`: sled
+/// 0.34 panics on some damage a power cut leaves, and the parent must live
+/// to count it.
+struct CatchPanic<'a, T>(std::pin::Pin<Box<dyn std::future::Future<Output = T> + 'a>>);
+
+impl<T> std::future::Future for CatchPanic<'_, T> {
+    type Output = Result<T, String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = &mut self.0;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => std::task::Poll::Ready(Err(panic_text(&panic))),
+        }
+    }
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 /// Opens the journal in the parent. After a power cut the storage under it
 /// may be damaged in ways that make sled 0.34 panic instead of failing; a
 /// panic is caught here (and reported as no clear error: `false`) so that
@@ -1528,14 +1570,10 @@ fn open_journal(journal: &Path) -> Result<Runtime, (bool, String)> {
     match std::panic::catch_unwind(|| Runtime::open(journal)) {
         Ok(Ok(rt)) => Ok(rt),
         Ok(Err(e)) => Err((true, e.to_string())),
-        Err(panic) => {
-            let text = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            Err((false, format!("opening the journal panicked: {text}")))
-        }
+        Err(panic) => Err((
+            false,
+            format!("opening the journal panicked: {}", panic_text(&panic)),
+        )),
     }
 }
 
