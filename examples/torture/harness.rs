@@ -34,6 +34,18 @@
 //! resolution per escalation; and running every workflow once more must
 //! replay everything without a single provider request.
 //!
+//! Power-cut mode ([`Config::power_cuts`]): the journal lives on
+//! idem-testkit's `PowerCutFs`; every kill is also a power cut (the parent's
+//! kill powers the disk off first; a worker that killed itself at a crash
+//! point is followed by a cut), and each round ends with one more cut after
+//! its last worker exited. Each order also ends with [`archive_order`], a
+//! result large enough for sled to store as a blob file, which must replay
+//! intact. A journal that does not open after a cut is acceptable only if
+//! it refused with a clear error and had acknowledged nothing (workers log
+//! each acknowledged INTENT to their status files, outside the cut disk);
+//! one that opens empty after acknowledging something is `forgotten`; both
+//! otherwise count as lost.
+//!
 //! Seeds make the plans reproducible; process timing is not, so a failing
 //! seed narrows a search rather than replays it exactly.
 
@@ -50,6 +62,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::{Error, Escalation, EventKind, Resolution, Runtime, ToolError};
+use idem_testkit::powercut::{PowerCutFs, Survival};
 use idem_testkit::{Chaos, Charge, ChargeOutcome, ProviderAddrs, Providers, SplitMix64};
 
 use crate::shop::{self, Moment, Shop, EFFECT_TOOLS};
@@ -62,6 +75,54 @@ const ORDERS_ENV: &str = "IDEM_TORTURE_ORDERS";
 const PREFIX_ENV: &str = "IDEM_TORTURE_PREFIX";
 const CONCURRENCY_ENV: &str = "IDEM_TORTURE_CONCURRENCY";
 const CRASH_ENV: &str = "IDEM_TORTURE_CRASH";
+/// Set (power-cut mode): each order ends with [`archive_order`].
+const ARCHIVE_ENV: &str = "IDEM_TORTURE_ARCHIVE";
+
+/// The size of [`archive_order`]'s result: over sled 0.34's 128 KiB
+/// threshold, so the journal stores it in one of sled's blob files (a file
+/// and a directory entry of their own, which a power cut may take).
+const ARCHIVE_BYTES: usize = 160 << 10;
+
+/// Times [`archive_order`]'s body ran in this process.
+static ARCHIVE_RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// An archive that cannot fail (the error type a tool needs).
+#[derive(Debug)]
+pub struct NeverFails;
+
+impl std::fmt::Display for NeverFails {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("never")
+    }
+}
+
+impl idem::Classify for NeverFails {
+    fn classify(&self) -> idem::Failure {
+        idem::Failure::Semantic
+    }
+}
+
+/// Power-cut mode's last step of an order: a large, deterministic result,
+/// journaled like any other. Running it again is harmless (`provider`
+/// class, no effect), but once a call returned, the result must come back
+/// from the journal, byte for byte, without the body running again.
+#[idem::tool(class = "provider", key = "order_id")]
+pub async fn archive_order(ctx: &idem::Ctx, order_id: u64) -> Result<String, NeverFails> {
+    let _ = ctx;
+    ARCHIVE_RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(archive_body(order_id))
+}
+
+/// What [`archive_order`] returns for an order: hex digits of a seeded
+/// sequence (incompressible enough that sled cannot make it small).
+fn archive_body(order_id: u64) -> String {
+    let mut rng = SplitMix64::new(order_id);
+    let mut out = String::with_capacity(ARCHIVE_BYTES);
+    while out.len() < ARCHIVE_BYTES {
+        out.push_str(&format!("{:016x}", rng.next_u64()));
+    }
+    out
+}
 
 /// Worker exit codes.
 const EXIT_DONE: i32 = 0;
@@ -124,6 +185,17 @@ pub struct Config {
     /// Stop at the first round with a violation (its journal is kept for
     /// inspection); otherwise count and go on.
     pub stop_on_violation: bool,
+    /// Power-cut mode when above zero: the journal lives on a
+    /// [`PowerCutFs`], every kill is also a power cut, and rounds continue
+    /// until this many cuts happened (`kills` is then ignored).
+    pub power_cuts: u64,
+    /// Power-cut mode, diagnostic: before a round's first worker, the
+    /// harness creates the journal (opens and closes it) and fsyncs every
+    /// file and directory it consists of, and their parent, as a journal
+    /// whose creation is power-safe would itself. Off by default (the
+    /// journal is tested as users create it); on, the failures that remain
+    /// are those of a running journal.
+    pub sync_new_journal: bool,
 }
 
 impl Config {
@@ -141,7 +213,21 @@ impl Config {
             chaos: ChaosMode::Alternate,
             progress_every: 0,
             stop_on_violation: true,
+            power_cuts: 0,
+            sync_new_journal: false,
         }
+    }
+
+    /// Settings for a power-cut run of `cuts` cuts.
+    pub fn power_cuts(cuts: u64) -> Config {
+        Config {
+            power_cuts: cuts,
+            ..Config::new(0)
+        }
+    }
+
+    fn power_cut_mode(&self) -> bool {
+        self.power_cuts > 0
     }
 }
 
@@ -208,6 +294,40 @@ pub struct Summary {
     pub elapsed: Duration,
     /// Everything that went wrong, with the evidence.
     pub violations: Vec<String>,
+    /// Power-cut mode: the run cut the power (the counts below are zero
+    /// otherwise).
+    pub power_cut_mode: bool,
+    /// Cuts: `random_cuts + crashpoint_cuts + exit_cuts`.
+    pub power_cuts: u64,
+    /// At a random instant (the parent's SIGKILL).
+    pub random_cuts: u64,
+    /// Right after a worker killed itself at an instrumented point.
+    pub crashpoint_cuts: u64,
+    /// After the last worker of a round exited cleanly, before the checks:
+    /// what it was told is done must survive.
+    pub exit_cuts: u64,
+    /// Cuts that kept a seeded prefix of the unsynced writes (the others
+    /// kept nothing unsynced).
+    pub prefix_cuts: u64,
+    /// Unsynced file writes and truncations the cuts dropped or tore.
+    pub writes_dropped: u64,
+    pub writes_torn: u64,
+    /// Unsynced directory changes the cuts undid.
+    pub entries_undone: u64,
+    /// Opens after a cut that refused with a clear error while nothing
+    /// acknowledged was in the journal: acceptable (the round starts over
+    /// on a fresh journal).
+    pub refused_opens: u64,
+    /// Opens after a cut that failed otherwise: refused although the journal
+    /// had acknowledged operations (each also counted in `lost`), or died
+    /// without a clear error.
+    pub reopen_failures: u64,
+    /// Journals that opened after a cut as if new although they had
+    /// acknowledged operations (each also counted in `lost`).
+    pub forgotten: u64,
+    /// Large results (sled blobs) that replayed intact after the round's
+    /// last cut.
+    pub large_results: u64,
 }
 
 impl Summary {
@@ -217,12 +337,28 @@ impl Summary {
 
     /// True when every check held.
     pub fn ok(&self) -> bool {
-        self.violations.is_empty() && self.duplicates == 0 && self.lost == 0 && self.audit_gaps == 0
+        self.violations.is_empty()
+            && self.duplicates == 0
+            && self.lost == 0
+            && self.audit_gaps == 0
+            && self.reopen_failures == 0
+    }
+
+    /// The progress the run is measured by: cuts or kills.
+    fn progress(&self) -> u64 {
+        if self.power_cut_mode {
+            self.power_cuts
+        } else {
+            self.kills
+        }
     }
 }
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.power_cut_mode {
+            return self.fmt_power_cuts(f);
+        }
         let per_tool: Vec<String> = self
             .escalations
             .iter()
@@ -252,6 +388,67 @@ impl fmt::Display for Summary {
             self.resolved_reissue,
             self.audit_gaps,
             self.violations.len(),
+            self.workflows,
+            self.rounds,
+            self.chaos_rounds,
+            self.incarnations,
+            self.journal_opens,
+            self.faults,
+            self.recoveries,
+            self.verifications,
+            self.provider_replays,
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+impl Summary {
+    fn per_tool(&self) -> String {
+        let per_tool: Vec<String> = self
+            .escalations
+            .iter()
+            .map(|(t, n)| format!("{t}={n}"))
+            .collect();
+        if per_tool.is_empty() {
+            "none".to_string()
+        } else {
+            per_tool.join(" ")
+        }
+    }
+
+    fn fmt_power_cuts(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "power-cut summary: seed={:#x} power_cuts={} duplicates={} lost={} \
+             reopen_failures={} refused_opens={} forgotten={} audit_gaps={} large_results={} \
+             violations={} \
+             (cuts: random={} crashpoint={} after_exit={} prefix_kept={}; \
+             writes_dropped={} writes_torn={} entries_undone={}) operations={} \
+             escalations={} ({}; landed={} reissued={}) workflows={} rounds={} (chaos={}) \
+             incarnations={} journal_reopens={} faults={} recoveries={} verifications={} \
+             provider_replays={} elapsed={:.1}s",
+            self.seed,
+            self.power_cuts,
+            self.duplicates,
+            self.lost,
+            self.reopen_failures,
+            self.refused_opens,
+            self.forgotten,
+            self.audit_gaps,
+            self.large_results,
+            self.violations.len(),
+            self.random_cuts,
+            self.crashpoint_cuts,
+            self.exit_cuts,
+            self.prefix_cuts,
+            self.writes_dropped,
+            self.writes_torn,
+            self.entries_undone,
+            self.operations,
+            self.escalation_total(),
+            self.per_tool(),
+            self.resolved_landed,
+            self.resolved_reissue,
             self.workflows,
             self.rounds,
             self.chaos_rounds,
@@ -415,7 +612,14 @@ async fn worker() -> i32 {
 
     let hook: shop::Hook = {
         let seen = Arc::new(AtomicU64::new(0));
-        Arc::new(move |moment, tool, _order| {
+        let status = status.clone();
+        Arc::new(move |moment, tool, order| {
+            if moment == Moment::Sending {
+                // The INTENT of this operation is durable (acknowledged):
+                // evidence, outside the journal, for judging an open that
+                // fails after a power cut.
+                status_line(&status, &format!("SENDING {tool} {order}"));
+            }
             if let Some(point) = &crash {
                 if point.moment == moment
                     && point.tool == tool
@@ -427,6 +631,7 @@ async fn worker() -> i32 {
         })
     };
     let shop = Arc::new(Shop::with_hook(addrs, hook));
+    let archive = std::env::var_os(ARCHIVE_ENV).is_some();
 
     // `concurrency` tasks, each taking every `concurrency`-th order.
     let mut tasks = tokio::task::JoinSet::new();
@@ -439,7 +644,14 @@ async fn worker() -> i32 {
             let mut order = first + lane;
             while order < first + count {
                 let ctx = rt.run(&root_run(&prefix, order));
-                let end = process(&shop, &ctx, order).await;
+                let mut end = process(&shop, &ctx, order).await;
+                if archive && matches!(end, OrderEnd::Done) {
+                    end = match archive_order(&ctx, order).await {
+                        Ok(body) if body == archive_body(order) => OrderEnd::Done,
+                        Ok(_) => OrderEnd::Fatal("archive_order returned other bytes".into()),
+                        Err(e) => OrderEnd::Fatal(format!("archive_order: {e}")),
+                    };
+                }
                 let fatal = matches!(end, OrderEnd::Fatal(_));
                 ends.push((order, end));
                 if fatal {
@@ -561,19 +773,34 @@ async fn run_rounds(
     let mut rng = SplitMix64::new(config.seed);
     let mut summary = Summary {
         seed: config.seed,
+        power_cut_mode: config.power_cut_mode(),
         ..Summary::default()
     };
     let mut span: Option<Duration> = None;
+    let (target, unit) = if config.power_cut_mode() {
+        (config.power_cuts, "power cuts")
+    } else {
+        (config.kills, "kills")
+    };
     log(&format!(
-        "torture: seed={:#x} (IDEM_TORTURE_SEED={:#x} to rerun the same plan), target {} kills, \
-         {} orders per round, {} at once",
-        config.seed, config.seed, config.kills, config.workflows, config.concurrency
+        "torture: seed={:#x} (IDEM_TORTURE_SEED={:#x} to rerun the same plan), target {target} \
+         {unit}, {} orders per round, {} at once",
+        config.seed, config.seed, config.workflows, config.concurrency
     ));
-    while summary.kills < config.kills && summary.rounds < config.max_rounds {
+    if config.power_cut_mode() {
+        if let Err(e) = idem_testkit::powercut::check_fuse() {
+            summary
+                .violations
+                .push(format!("power-cut mode needs FUSE: {e}"));
+            return summary;
+        }
+    }
+    while summary.progress() < target && summary.rounds < config.max_rounds {
         if started.elapsed() > config.max_elapsed {
             summary.violations.push(format!(
-                "only {} of {} kills after {:?} (max_elapsed)",
-                summary.kills, config.kills, config.max_elapsed
+                "only {} of {target} {unit} after {:?} (max_elapsed)",
+                summary.progress(),
+                config.max_elapsed
             ));
             break;
         }
@@ -594,10 +821,10 @@ async fn run_rounds(
         }
         if config.progress_every > 0 && summary.rounds.is_multiple_of(config.progress_every) {
             log(&format!(
-                "  after {} rounds: {} kills, {} operations, {} duplicates, {} lost, {} escalations, \
+                "  after {} rounds: {} {unit}, {} operations, {} duplicates, {} lost, {} escalations, \
                  {} audit gaps, {} violations, {:.0}s",
                 summary.rounds,
-                summary.kills,
+                summary.progress(),
                 summary.operations,
                 summary.duplicates,
                 summary.lost,
@@ -620,6 +847,11 @@ struct Round<'c> {
     chaos: Option<(u64, bool)>,
     /// This round's own generator, split off the harness's.
     rng: SplitMix64,
+    /// Power-cut mode: operations whose INTENT the current journal
+    /// acknowledged as durable (a worker reached the moment of sending),
+    /// and resolutions it acknowledged; what it must never forget.
+    acknowledged: std::collections::BTreeSet<(String, u64)>,
+    resolutions: u64,
 }
 
 impl<'c> Round<'c> {
@@ -643,7 +875,67 @@ impl<'c> Round<'c> {
             prefix: format!("t{:x}-r{index}", config.seed),
             chaos,
             rng,
+            acknowledged: std::collections::BTreeSet::new(),
+            resolutions: 0,
         }
+    }
+
+    /// Power-cut mode: cuts the power of `disk` (already off if the
+    /// parent's kill did it) and boots it again, keeping nothing unsynced or
+    /// a seeded prefix of it, half the time each.
+    /// Returns what the cut lost, for the round's history.
+    fn power_cut(
+        &mut self,
+        disk: &mut PowerCutFs,
+        summary: &mut Summary,
+    ) -> Result<String, String> {
+        let survival = if self.rng.below(2) == 0 {
+            Survival::SyncedOnly
+        } else {
+            summary.prefix_cuts += 1;
+            Survival::SeededPrefix(self.rng.next_u64())
+        };
+        let report = disk
+            .restart(survival)
+            .map_err(|e| format!("the power-cut file system did not come back: {e}"))?;
+        summary.power_cuts += 1;
+        summary.writes_dropped += report.changes_lost;
+        summary.writes_torn += report.torn_writes;
+        summary.entries_undone += report.entries_lost;
+        Ok(format!(
+            "CUT {survival:?} lost [{}]",
+            if report.lost.is_empty() {
+                "nothing".to_string()
+            } else {
+                report.lost.join(", ")
+            }
+        ))
+    }
+
+    /// What a journal that cannot be used after a cut costs: nothing if it
+    /// never acknowledged anything (a refusal with a clear error is then
+    /// fine, and the operator starts it over), else every operation it
+    /// acknowledged is lost.
+    fn judge_unopenable(
+        &self,
+        clear_error: bool,
+        what: &str,
+        summary: &mut Summary,
+    ) -> Result<(), String> {
+        let acked = self.acknowledged.len() as u64 + self.resolutions;
+        if clear_error && acked == 0 {
+            summary.refused_opens += 1;
+            return Ok(());
+        }
+        summary.reopen_failures += 1;
+        summary.lost += acked;
+        Err(format!(
+            "REOPEN FAILURE after a power cut: {what}; the journal had acknowledged {} \
+             operations ({:?}) and {} resolutions",
+            self.acknowledged.len(),
+            self.acknowledged,
+            self.resolutions
+        ))
     }
 
     fn plan(&mut self, span: Option<Duration>) -> Plan {
@@ -683,7 +975,19 @@ impl<'c> Round<'c> {
             .prefix("idem-torture-")
             .tempdir()
             .map_err(|e| format!("tempdir: {e}"))?;
-        let journal = dir.path().join("journal");
+        // Power-cut mode: the journal on a disk that loses what a power cut
+        // loses; status files, stderr and the providers stay outside it.
+        let mut disk = if self.config.power_cut_mode() {
+            let at = dir.path().join("disk");
+            std::fs::create_dir(&at).map_err(|e| format!("mount point: {e}"))?;
+            Some(PowerCutFs::mount(&at).map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        let journal = match &disk {
+            Some(d) => d.mountpoint().join("journal"),
+            None => dir.path().join("journal"),
+        };
         let providers = Providers::start()
             .await
             .map_err(|e| format!("providers: {e}"))?;
@@ -708,6 +1012,9 @@ impl<'c> Round<'c> {
                 .set_chaos(Some(chaos(s.next_u64(), reads, true)));
         }
 
+        if let (Some(disk), true) = (disk.as_ref(), self.config.sync_new_journal) {
+            create_synced(disk, &journal)?;
+        }
         let mut last_death: Option<Instant> = None;
         let mut finished = false;
         let mut last_stderr = String::new();
@@ -717,15 +1024,92 @@ impl<'c> Round<'c> {
             let status = dir.path().join(format!("status-{incarnation}"));
             let stderr = dir.path().join(format!("stderr-{incarnation}"));
             let began = Instant::now();
-            let end = self
-                .incarnation(worker, &plan, &journal, &status, &stderr, &providers)
+            let (end, cut_now) = self
+                .incarnation(
+                    worker,
+                    &plan,
+                    &journal,
+                    (&status, &stderr),
+                    &providers,
+                    disk.as_ref(),
+                )
                 .await?;
             summary.incarnations += 1;
             history.push(format!("#{incarnation} {plan:?} -> {end:?}"));
             let text = std::fs::read_to_string(&status).unwrap_or_default();
             last_stderr = std::fs::read_to_string(&stderr).unwrap_or_default();
-            if text.lines().any(|l| l.starts_with("OPENED")) {
+            let opened = text.lines().find(|l| l.starts_with("OPENED"));
+            if opened.is_some() {
                 summary.journal_opens += 1;
+            }
+            if let Some(disk) = disk.as_mut() {
+                // A journal that opens empty although it acknowledged
+                // operations before the cut forgot them: the silent re-run
+                // power loss must never cause.
+                let acked = self.acknowledged.len() as u64 + self.resolutions;
+                if opened.and_then(audit_events) == Some(0) && acked > 0 {
+                    summary.forgotten += 1;
+                    summary.lost += acked;
+                    return Err(format!(
+                        "FORGOTTEN: after a power cut the journal opened with no audit event \
+                         although it had acknowledged {:?} and {} resolutions (incarnation \
+                         {incarnation}); incarnations: {}",
+                        self.acknowledged,
+                        self.resolutions,
+                        history.join("; ")
+                    ));
+                }
+                for line in text.lines() {
+                    let mut words = line.split_whitespace();
+                    if let (Some("SENDING"), Some(tool), Some(order)) =
+                        (words.next(), words.next(), words.next())
+                    {
+                        if let Ok(order) = order.parse() {
+                            self.acknowledged.insert((tool.to_string(), order));
+                        }
+                    }
+                }
+                let died = matches!(end, End::Signal(9));
+                if cut_now || died {
+                    summary.kills += 1;
+                    if matches!(plan, Plan::Crash(_)) && !cut_now {
+                        summary.crashpoint_kills += 1;
+                        summary.crashpoint_cuts += 1;
+                    } else {
+                        summary.random_kills += 1;
+                        summary.random_cuts += 1;
+                    }
+                    history.push(self.power_cut(disk, summary)?);
+                    last_death = Some(Instant::now());
+                }
+                if let Some(l) = text.lines().find(|l| l.starts_with("OPEN-FAILED")) {
+                    let what = format!(
+                        "incarnation {incarnation} (plan {plan:?}): {l}\nincarnations: {}",
+                        history.join("; ")
+                    );
+                    self.judge_unopenable(true, &what, summary)?;
+                    // Refused, and nothing acknowledged: the operator
+                    // starts the journal over.
+                    history.push("refused to open; started over".into());
+                    remove_journal(disk, &journal)?;
+                    if self.config.sync_new_journal {
+                        create_synced(disk, &journal)?;
+                    }
+                    continue;
+                }
+                if opened.is_none() && !cut_now && !died {
+                    let what = format!(
+                        "incarnation {incarnation} (plan {plan:?}) ended {end:?} without \
+                         opening the journal:\n{text}\n{last_stderr}\nincarnations: {}",
+                        history.join("; ")
+                    );
+                    // Never fine (an open must fail with a clear error):
+                    // returns the violation.
+                    self.judge_unopenable(false, &what, summary)?;
+                }
+                if cut_now || died {
+                    continue;
+                }
             }
             if let Some(l) = text.lines().find(|l| l.starts_with("OPEN-FAILED")) {
                 return Err(format!(
@@ -749,8 +1133,15 @@ impl<'c> Round<'c> {
                         format!("worker exited 0 without a DONE line: {text}\n{last_stderr}")
                     })?;
                     if parked > 0 {
-                        self.operate(&journal, &providers, last_death, summary)
-                            .await?;
+                        let operated = CatchPanic(Box::pin(
+                            self.operate(&journal, &providers, last_death, summary),
+                        ))
+                        .await;
+                        self.resolutions += operated
+                            .unwrap_or_else(|panic| {
+                                Err(format!("the operator's journal panicked: {panic}"))
+                            })
+                            .map_err(|e| format!("{e}\nincarnations: {}", history.join("; ")))?;
                     }
                     if done == self.config.workflows {
                         finished = true;
@@ -782,7 +1173,21 @@ impl<'c> Round<'c> {
         }
         summary.workflows += self.config.workflows;
         summary.operations += self.config.workflows * EFFECT_TOOLS.len() as u64;
-        let checked = self.check(&journal, &providers, summary).await;
+        if let Some(disk) = disk.as_mut() {
+            // Every order is done, as the worker was told: that must
+            // survive the power going now.
+            history.push(self.power_cut(disk, summary)?);
+            summary.exit_cuts += 1;
+        }
+        let checked = CatchPanic(Box::pin(self.check(&journal, &providers, summary)))
+            .await
+            .unwrap_or_else(|panic| Err(format!("the journal panicked: {panic}")));
+        if let Err(why) = &checked {
+            if self.config.power_cut_mode() && why.starts_with("the journal panicked") {
+                // Damage read as a panic, not a clear error.
+                let _ = self.judge_unopenable(false, why, summary);
+            }
+        }
         for p in [
             providers.payments().faults().stats(),
             providers.email().faults().stats(),
@@ -796,6 +1201,11 @@ impl<'c> Round<'c> {
             let history = history.join("; ");
             // Keep the evidence on disk, for the first few failing rounds.
             if summary.violations.len() < KEEP_AT_MOST {
+                if let Some(disk) = &disk {
+                    // After the last cut the durable image is the state:
+                    // a plain copy that `--dump DIR/image/journal` reads.
+                    let _ = disk.save_durable(dir.path().join("image"));
+                }
                 let kept = dir.keep();
                 return Err(format!(
                     "{problems}\nincarnations: {history}\n(journal and worker status files kept in {})",
@@ -809,15 +1219,19 @@ impl<'c> Round<'c> {
 
     /// Starts one worker and sees it end: by itself, by our SIGKILL, or by
     /// the watchdog.
+    ///
+    /// Power-cut mode (`disk`): a kill by the parent powers the disk off
+    /// first; the returned flag says it did.
     async fn incarnation(
         &self,
         worker: &dyn Fn() -> std::process::Command,
         plan: &Plan,
         journal: &Path,
-        status: &Path,
-        stderr: &Path,
+        (status, stderr): (&Path, &Path),
         providers: &Providers,
-    ) -> Result<End, String> {
+        disk: Option<&PowerCutFs>,
+    ) -> Result<(End, bool), String> {
+        let mut cut = false;
         let mut command = tokio::process::Command::from(worker());
         command
             .env(WORKER_ENV, "1")
@@ -831,12 +1245,16 @@ impl<'c> Round<'c> {
             .env(CONCURRENCY_ENV, self.config.concurrency.to_string())
             .envs(providers.addrs().to_env())
             .env_remove(CRASH_ENV)
+            .env_remove(ARCHIVE_ENV)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(stderr).map_err(|e| format!("stderr file: {e}"))?)
             .kill_on_drop(true);
         if let Plan::Crash(point) = plan {
             command.env(CRASH_ENV, point.to_env());
+        }
+        if disk.is_some() {
+            command.env(ARCHIVE_ENV, "1");
         }
         // The plan heads the status file, for post-mortems.
         status_line(status, &format!("PLAN {plan:?}"));
@@ -847,6 +1265,12 @@ impl<'c> Round<'c> {
                 tokio::select! {
                     status = child.wait() => Some(status),
                     () = tokio::time::sleep(*delay) => {
+                        // Power-cut mode: the power goes first, so nothing
+                        // the worker does from this instant reaches the disk.
+                        if let Some(disk) = disk {
+                            disk.power_off();
+                            cut = true;
+                        }
                         // SIGKILL. If it exited meanwhile, its status says so.
                         let _ = child.start_kill();
                         Some(child.wait().await)
@@ -857,17 +1281,17 @@ impl<'c> Round<'c> {
         };
         let Some(status) = status else {
             let _ = child.kill().await;
-            return Ok(End::Watchdog);
+            return Ok((End::Watchdog, cut));
         };
         let status = status.map_err(|e| format!("wait for worker: {e}"))?;
         #[cfg(unix)]
         {
             use std::os::unix::process::ExitStatusExt;
             if let Some(signal) = status.signal() {
-                return Ok(End::Signal(signal));
+                return Ok((End::Signal(signal), cut));
             }
         }
-        Ok(End::Exited(status.code().unwrap_or(-1)))
+        Ok((End::Exited(status.code().unwrap_or(-1)), cut))
     }
 
     /// The operator: settles every open escalation from the provider's
@@ -878,13 +1302,22 @@ impl<'c> Round<'c> {
         providers: &Providers,
         last_death: Option<Instant>,
         summary: &mut Summary,
-    ) -> Result<(), String> {
+    ) -> Result<u64, String> {
         if let Some(died) = last_death {
             let settled = died + SETTLE;
             tokio::time::sleep_until(settled.into()).await;
         }
-        let rt =
-            Runtime::open(journal).map_err(|e| format!("operator cannot open the journal: {e}"))?;
+        let rt = match open_journal(journal) {
+            Ok(rt) => rt,
+            Err((clear, e)) => {
+                let what = format!("operator cannot open the journal: {e}");
+                if self.config.power_cut_mode() {
+                    self.judge_unopenable(clear, &what, summary)?;
+                }
+                return Err(what);
+            }
+        };
+        let mut resolved = 0;
         let open = rt
             .escalations()
             .await
@@ -902,8 +1335,9 @@ impl<'c> Round<'c> {
             rt.resolve(&esc.key, resolution, &note)
                 .await
                 .map_err(|e| format!("resolve {}: {e}", esc.key))?;
+            resolved += 1;
         }
-        Ok(())
+        Ok(resolved)
     }
 
     /// Every check of a finished round. Counts duplicates and lost
@@ -954,7 +1388,16 @@ impl<'c> Round<'c> {
         }
 
         // 2. The journal: reopens, nothing parked, one commit per operation.
-        let rt = Runtime::open(journal).map_err(|e| format!("the journal did not reopen: {e}"))?;
+        let rt = match open_journal(journal) {
+            Ok(rt) => rt,
+            Err((clear, e)) => {
+                let what = format!("the journal did not reopen: {e}");
+                if self.config.power_cut_mode() {
+                    self.judge_unopenable(clear, &what, summary)?;
+                }
+                return Err(what);
+            }
+        };
         match rt.escalations().await {
             Ok(open) if open.is_empty() => {}
             Ok(open) => problems.push(format!(
@@ -1046,6 +1489,39 @@ impl<'c> Round<'c> {
                 problems.push(format!("replaying order {order} failed: {stopped}"));
             }
         }
+        if self.config.power_cut_mode() {
+            // The archives (large results, sled blob files): each call
+            // returned in a worker, so each must replay from the journal.
+            for &order in &self.orders {
+                let ctx = rt.run(&root_run(&self.prefix, order));
+                let runs = ARCHIVE_RUNS.load(Ordering::SeqCst);
+                let outcome = archive_order(&ctx, order).await;
+                let reran = ARCHIVE_RUNS.load(Ordering::SeqCst) != runs;
+                match outcome {
+                    Ok(body) if body == archive_body(order) && !reran => {
+                        summary.large_results += 1;
+                    }
+                    Ok(body) => {
+                        summary.lost += 1;
+                        problems.push(format!(
+                            "LOST: the archive of order {order} ({} bytes) {}",
+                            body.len(),
+                            if reran {
+                                "was not in the journal although its call had returned"
+                            } else {
+                                "replayed other bytes"
+                            }
+                        ));
+                    }
+                    Err(e) => {
+                        summary.lost += 1;
+                        problems.push(format!(
+                            "LOST: the committed archive of order {order} does not replay: {e}"
+                        ));
+                    }
+                }
+            }
+        }
         if sent.load(Ordering::SeqCst) != 0 || ledger_sizes(providers) != before {
             summary.lost += sent.load(Ordering::SeqCst).max(1);
             problems.push(format!(
@@ -1061,6 +1537,90 @@ impl<'c> Round<'c> {
             Err(problems.join("\n"))
         }
     }
+}
+
+/// Runs a future, turning a panic inside it into `Err(message)`: sled
+/// 0.34 panics on some damage a power cut leaves, and the parent must live
+/// to count it.
+struct CatchPanic<'a, T>(std::pin::Pin<Box<dyn std::future::Future<Output = T> + 'a>>);
+
+impl<T> std::future::Future for CatchPanic<'_, T> {
+    type Output = Result<T, String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = &mut self.0;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => std::task::Poll::Ready(Err(panic_text(&panic))),
+        }
+    }
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// Opens the journal in the parent. After a power cut the storage under it
+/// may be damaged in ways that make sled 0.34 panic instead of failing; a
+/// panic is caught here (and reported as no clear error: `false`) so that
+/// the harness lives to count it.
+fn open_journal(journal: &Path) -> Result<Runtime, (bool, String)> {
+    match std::panic::catch_unwind(|| Runtime::open(journal)) {
+        Ok(Ok(rt)) => Ok(rt),
+        Ok(Err(e)) => Err((true, e.to_string())),
+        Err(panic) => Err((
+            false,
+            format!("opening the journal panicked: {}", panic_text(&panic)),
+        )),
+    }
+}
+
+/// `OPENED audit events=N ...` → N.
+fn audit_events(opened: &str) -> Option<u64> {
+    opened
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("events="))
+        .and_then(|n| n.parse().ok())
+}
+
+/// The operator's answer to a journal that refused to open and never
+/// acknowledged anything: remove it (durably) so the next worker creates
+/// it anew.
+fn remove_journal(disk: &PowerCutFs, journal: &Path) -> Result<(), String> {
+    match std::fs::remove_dir_all(journal) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("remove the refused journal: {e}")),
+    }
+    std::fs::File::open(disk.mountpoint())
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("sync the disk's root: {e}"))
+}
+
+/// Creates the journal and makes every file and directory of it durable,
+/// its entry in the disk's root included (see
+/// [`Config::sync_new_journal`]).
+fn create_synced(disk: &PowerCutFs, journal: &Path) -> Result<(), String> {
+    drop(open_journal(journal).map_err(|(_, e)| format!("create the journal: {e}"))?);
+    fn sync_tree(path: &Path) -> std::io::Result<()> {
+        if path.is_dir() {
+            for entry in std::fs::read_dir(path)? {
+                sync_tree(&entry?.path())?;
+            }
+        }
+        std::fs::File::open(path)?.sync_all()
+    }
+    sync_tree(journal)
+        .and_then(|()| std::fs::File::open(disk.mountpoint())?.sync_all())
+        .map_err(|e| format!("sync the new journal: {e}"))
 }
 
 fn ledger_sizes(p: &Providers) -> [usize; 4] {

@@ -20,6 +20,10 @@
 //! return [`ProviderError`], which implements [`idem_runtime::Classify`]
 //! by how far each request provably got.
 //!
+//! With the `powercut` feature, `powercut::PowerCutFs` is a FUSE file
+//! system that loses what a power cut loses, for testing durability (the
+//! journal under power loss) where SIGKILL cannot.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use idem_testkit::{Fault, ProviderAddrs, Providers};
@@ -49,6 +53,8 @@ mod http;
 mod journal;
 mod ledger;
 mod payments;
+#[cfg(feature = "powercut")]
+pub mod powercut;
 mod providers;
 mod rng;
 mod server;

@@ -1,0 +1,106 @@
+//! Power-cut torture: the harness of examples/torture/harness.rs with the
+//! journal on idem-testkit's power-cut file system (FUSE). Every kill, at a
+//! random instant or at an instrumented crash point, is also a power cut
+//! that loses what was not fsynced; each round ends with one more cut after
+//! its last worker exited. Ground truth is the providers' ledgers, which
+//! live outside the cut file system.
+//!
+//! - `power_cut_torture_quick`: about 20 cuts, part of `cargo test`; fails
+//!   on any duplicate, loss, reopen failure or other violation, and fails
+//!   (never skips) where FUSE is unusable. `IDEM_TORTURE_CUTS` and
+//!   `IDEM_TORTURE_SEED` override the cut count and the seed.
+//! - `power_cut_torture_long` (ignored): a thousand cuts;
+//!   `cargo test --release --test torture_powercut -- --ignored --nocapture`,
+//!   or `cargo run --release --example torture -- --power-cuts 1000`.
+
+#[path = "../examples/torture/harness.rs"]
+mod harness;
+#[path = "../examples/agent/shop.rs"]
+mod shop;
+
+use std::process::Command;
+use std::time::Duration;
+
+const WORKER_TEST: &str = "worker_process_entry";
+
+/// The entry point of every child process of this file.
+#[test]
+fn worker_process_entry() {
+    if harness::is_worker() {
+        std::process::exit(harness::worker_main());
+    }
+}
+
+fn worker_command() -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("test binary path"));
+    command.args([
+        "--exact",
+        WORKER_TEST,
+        "--nocapture",
+        "--test-threads",
+        "1",
+        "-q",
+    ]);
+    command
+}
+
+fn cuts_from_env(default: u64) -> u64 {
+    std::env::var("IDEM_TORTURE_CUTS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(default)
+}
+
+fn torture(cuts: u64, progress_every: u64, max_elapsed: Duration) -> harness::Summary {
+    let mut config = harness::Config::power_cuts(cuts);
+    config.max_elapsed = max_elapsed;
+    config.progress_every = progress_every;
+    config.stop_on_violation = std::env::var_os("IDEM_TORTURE_KEEP_GOING").is_none();
+    let summary = harness::run(&config, &worker_command, &mut |line| println!("{line}"));
+    println!("{summary}");
+    summary
+}
+
+fn assert_clean(summary: &harness::Summary, cuts: u64) {
+    assert!(
+        summary.ok(),
+        "power-cut torture found problems (rerun with IDEM_TORTURE_SEED={:#x}):\n{}\n{summary}",
+        summary.seed,
+        summary.violations.join("\n")
+    );
+    assert_eq!(
+        (summary.duplicates, summary.lost, summary.reopen_failures),
+        (0, 0, 0),
+        "{summary}"
+    );
+    assert!(summary.power_cuts >= cuts, "{summary}");
+    // Cuts of every kind happened, some keeping a torn prefix of what was
+    // unsynced, and they did cost the file system unsynced state.
+    assert!(
+        summary.random_cuts > 0 && summary.crashpoint_cuts > 0 && summary.exit_cuts > 0,
+        "{summary}"
+    );
+    assert!(summary.prefix_cuts > 0, "{summary}");
+    assert!(summary.writes_dropped > 0, "{summary}");
+    // Every clean round replayed its large results (sled blob files).
+    assert_eq!(summary.large_results, summary.workflows, "{summary}");
+    assert_eq!(summary.operations, summary.workflows * 4);
+}
+
+#[test]
+fn power_cut_torture_quick() {
+    let cuts = cuts_from_env(20);
+    // A few seconds in a debug build on 2 cores; the bound only stops a run
+    // that has stopped making progress.
+    let summary = torture(cuts, 0, Duration::from_secs(50));
+    assert_clean(&summary, cuts);
+}
+
+#[test]
+#[ignore = "long: a thousand power cuts; run with --ignored (in --release)"]
+fn power_cut_torture_long() {
+    let cuts = cuts_from_env(1000);
+    let summary = torture(cuts, 25, Duration::from_secs(3600));
+    assert_clean(&summary, cuts);
+    assert!(summary.escalation_total() > 0, "{summary}");
+}
