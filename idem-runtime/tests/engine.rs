@@ -57,8 +57,7 @@ async fn none_read_only_runs_without_journal() {
     let rt = open(dir.path());
     let ctx = rt.run("run");
     let t = tool("lookup", Class::ReadOnly);
-    let p = Provider::new(&[]);
-    // read_only has no key; the fake provider needs one, so wrap the body.
+    // read_only has no key (the fake provider needs one): count in the body.
     let calls = Arc::new(Mutex::new(0));
     let c2 = calls.clone();
     let out: Result<u32, ToolError<TestError>> =
@@ -73,7 +72,6 @@ async fn none_read_only_runs_without_journal() {
         .await;
     assert_eq!(out.unwrap(), 7);
     assert_eq!(*calls.lock().unwrap(), 1);
-    assert_eq!(p.calls(), 0);
     assert_eq!(ops(&rt).await.len(), 0, "no record");
     assert_eq!(
         rt.audit(0).await.unwrap().len(),
@@ -262,20 +260,22 @@ async fn dropped_leader_releases_waiters_who_recover() {
 }
 
 /// Leaves the operation as a crashed process would: INTENT durable, effect
-/// maybe applied, nobody driving it. Returns the runtime reopened.
-async fn crash_mid_call(dir: &std::path::Path, class: Class, p: &Provider, step: Step) -> Runtime {
-    crash_mid_call_with(dir, tool("t", class), p, step, None).await
+/// maybe applied, nobody driving it, and everything no barrier covered (the
+/// move to `Waiting`, eventual audit events) forgotten. Returns a runtime of
+/// the "next process" on what survived.
+async fn crash_mid_call(class: Class, p: &Provider, step: Step) -> Runtime {
+    crash_mid_call_with(tool("t", class), p, step, None).await.0
 }
 
 async fn crash_mid_call_with(
-    dir: &std::path::Path,
     t: &'static idem_runtime::ToolDescriptor,
     p: &Provider,
     step: Step,
     clock: Option<ManualClock>,
-) -> Runtime {
+) -> (Runtime, Arc<MemJournal>) {
+    let mem = MemJournal::new();
     let builder = |clock: &Option<ManualClock>| {
-        let b = Runtime::builder().path(dir);
+        let b = Runtime::builder().journal(mem.clone());
         match clock {
             Some(c) => b.clock(Arc::new(c.clone())),
             None => b,
@@ -289,14 +289,14 @@ async fn crash_mid_call_with(
         // Drive it until the provider has been called, then drop it.
         let _ = tokio::time::timeout(Duration::from_secs(1), fut).await;
     }
-    builder(&clock).open().unwrap()
+    mem.crash();
+    (builder(&clock).open().unwrap(), mem)
 }
 
 #[tokio::test(start_paused = true)]
 async fn dead_owner_provider_reruns_with_the_same_key() {
-    let dir = TempDir::new().unwrap();
     let p = Provider::deduping(&[]);
-    let rt = crash_mid_call(dir.path(), Class::Provider, &p, Step::LandThenHang).await;
+    let rt = crash_mid_call(Class::Provider, &p, Step::LandThenHang).await;
     let out = call1(&rt, tool("t", Class::Provider), &p, VerifyMode::None).await;
     assert_eq!(out.unwrap(), "done:a");
     let reqs = p.requests();
@@ -315,14 +315,13 @@ async fn dead_owner_provider_reruns_with_the_same_key() {
 
 #[tokio::test(start_paused = true)]
 async fn dead_owner_provider_outside_dedupe_window_escalates() {
-    let dir = TempDir::new().unwrap();
     let clock = ManualClock::new(1_800_000_000_000);
     let t = tool_with("t", Class::Provider, |d| {
         d.retry.max_elapsed = None;
         d.dedupe_window = Duration::from_secs(24 * 3600);
     });
     let p = Provider::deduping(&[]);
-    let rt = crash_mid_call_with(dir.path(), t, &p, Step::LandThenHang, Some(clock.clone())).await;
+    let (rt, _) = crash_mid_call_with(t, &p, Step::LandThenHang, Some(clock.clone())).await;
     clock.advance(Duration::from_secs(25 * 3600));
     let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
     let ToolError::Escalated { reason, .. } = err else {
@@ -334,10 +333,9 @@ async fn dead_owner_provider_outside_dedupe_window_escalates() {
 
 #[tokio::test(start_paused = true)]
 async fn dead_owner_provider_out_of_budget_escalates() {
-    let dir = TempDir::new().unwrap();
     let t = tool_with("t", Class::Provider, |d| d.retry.max_attempts = 1);
     let p = Provider::deduping(&[]);
-    let rt = crash_mid_call_with(dir.path(), t, &p, Step::LandThenHang, None).await;
+    let (rt, _) = crash_mid_call_with(t, &p, Step::LandThenHang, None).await;
     let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
     let ToolError::Escalated { reason, .. } = err else {
         panic!("{err:?}")
@@ -348,9 +346,8 @@ async fn dead_owner_provider_out_of_budget_escalates() {
 
 #[tokio::test(start_paused = true)]
 async fn dead_owner_journal_verify_landed_commits_without_rerun() {
-    let dir = TempDir::new().unwrap();
     let p = Provider::new(&[]);
-    let rt = crash_mid_call(dir.path(), Class::Journal, &p, Step::LandThenHang).await;
+    let rt = crash_mid_call(Class::Journal, &p, Step::LandThenHang).await;
     let t = tool("t", Class::Journal);
     let out = call1(&rt, t, &p, VerifyMode::Provider).await;
     assert_eq!(out.unwrap(), "done:a");
@@ -396,9 +393,8 @@ async fn recovery_lets_the_dead_attempt_settle_before_verifying() {
 
 #[tokio::test(start_paused = true)]
 async fn dead_owner_journal_verify_not_landed_reruns() {
-    let dir = TempDir::new().unwrap();
     let p = Provider::new(&[]);
-    let rt = crash_mid_call(dir.path(), Class::Journal, &p, Step::Hang).await;
+    let rt = crash_mid_call(Class::Journal, &p, Step::Hang).await;
     let out = call1(&rt, tool("t", Class::Journal), &p, VerifyMode::Provider).await;
     assert_eq!(out.unwrap(), "done:a");
     assert_eq!(p.calls(), 2);
@@ -407,14 +403,13 @@ async fn dead_owner_journal_verify_not_landed_reruns() {
 
 #[tokio::test(start_paused = true)]
 async fn dead_owner_journal_verify_unknown_error_or_none_escalates() {
-    for (mode, expect) in [
-        (VerifyMode::Unknown, "unknown"),
-        (VerifyMode::Fails, "verify failed"),
-        (VerifyMode::None, "verify = \"none\""),
+    for (mode, expect, answer) in [
+        (VerifyMode::Unknown, "unknown", "unknown"),
+        (VerifyMode::Fails, "verify failed", "error: Refused"),
+        (VerifyMode::None, "verify = \"none\"", "none"),
     ] {
-        let dir = TempDir::new().unwrap();
         let p = Provider::new(&[]);
-        let rt = crash_mid_call(dir.path(), Class::Journal, &p, Step::LandThenHang).await;
+        let rt = crash_mid_call(Class::Journal, &p, Step::LandThenHang).await;
         let err = call(&rt.run("run"), tool("t", Class::Journal), &p, 1, "a", mode)
             .await
             .unwrap_err();
@@ -425,15 +420,14 @@ async fn dead_owner_journal_verify_unknown_error_or_none_escalates() {
         assert_eq!(p.calls(), 1);
         let esc = rt.escalations().await.unwrap();
         assert_eq!(esc.len(), 1);
-        assert!(esc[0].verify_answer.is_some());
+        assert_eq!(esc[0].verify_answer.as_deref(), Some(answer), "{reason}");
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn dead_owner_at_most_once_escalates_with_evidence() {
-    let dir = TempDir::new().unwrap();
     let p = Provider::new(&[]);
-    let rt = crash_mid_call(dir.path(), Class::AtMostOnce, &p, Step::LandThenHang).await;
+    let rt = crash_mid_call(Class::AtMostOnce, &p, Step::LandThenHang).await;
     let ctx = rt.run("run");
     let t = tool("t", Class::AtMostOnce);
     let err = call(&ctx, t, &p, 1, "a", VerifyMode::None)
@@ -974,19 +968,23 @@ async fn crash_loop_does_not_reset_the_budget() {
     // Each "process" dies while the provider hangs. The attempt counter is
     // durable, so after max_attempts the operation escalates instead of
     // retrying forever.
-    let dir = TempDir::new().unwrap();
+    let mem = MemJournal::new();
     let t = tool_with("t", Class::Provider, |d| d.retry.max_attempts = 3);
     let p = Provider::deduping(&[]);
+    let open_mem = || Runtime::builder().journal(mem.clone()).open().unwrap();
     for _ in 0..3 {
-        let rt = open(dir.path());
+        let rt = open_mem();
         p.push(&[Step::Hang]);
         let ctx = rt.run("run");
         let fut = call(&ctx, t, &p, 1, "a", VerifyMode::None);
         assert!(tokio::time::timeout(Duration::from_secs(5), fut)
             .await
             .is_err());
+        drop((ctx, rt));
+        mem.crash();
     }
-    let rt = open(dir.path());
+    assert_eq!(mem.crashes(), 3);
+    let rt = open_mem();
     let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
     assert!(matches!(err, ToolError::Escalated { .. }), "{err:?}");
     assert_eq!(p.calls(), 3);
@@ -996,21 +994,14 @@ async fn crash_loop_does_not_reset_the_budget() {
 
 #[tokio::test(start_paused = true)]
 async fn max_elapsed_counts_across_restarts() {
-    let dir = TempDir::new().unwrap();
     let clock = ManualClock::new(1_800_000_000_000);
     let t = tool_with("t", Class::Provider, |d| {
         d.retry.max_attempts = 100;
         d.retry.max_elapsed = Some(Duration::from_secs(3600));
     });
     let p = Provider::deduping(&[]);
-    let _ = crash_mid_call_with(dir.path(), t, &p, Step::Hang, Some(clock.clone())).await;
+    let (rt, _) = crash_mid_call_with(t, &p, Step::Hang, Some(clock.clone())).await;
     clock.advance(Duration::from_secs(2 * 3600));
-    let rt = Runtime::builder()
-        .path(dir.path())
-        .clock(Arc::new(clock.clone()))
-        .open();
-    // The runtime from crash_mid_call_with is dropped; reopen.
-    let rt = rt.unwrap_or_else(|_| panic!("reopen"));
     let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
     let ToolError::Escalated { reason, .. } = err else {
         panic!("{err:?}")
