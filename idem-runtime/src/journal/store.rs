@@ -113,6 +113,8 @@ pub(super) struct Store {
     checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// One truncation at a time (it reads outside the state lock).
     truncating: Mutex<()>,
+    /// fdatasyncs of the log so far (what group commit saves).
+    fsyncs: std::sync::atomic::AtomicU64,
 }
 
 fn digest_of(key: &[u8]) -> Option<Digest> {
@@ -158,6 +160,7 @@ impl Store {
             idle: Condvar::new(),
             checkpointer: Mutex::new(None),
             truncating: Mutex::new(()),
+            fsyncs: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
@@ -722,11 +725,16 @@ impl Store {
             let result = match broken {
                 Some(why) => Err(why),
                 None if buf.is_empty() => Ok(()),
-                None => wal::write_and_sync(&file, &buf).map_err(|e| {
-                    let why = format!("write-ahead log write failed: {e}; reopen the journal");
-                    self.lock().broken = Some(why.clone());
-                    why
-                }),
+                None => wal::write_and_sync(&file, &buf)
+                    .inspect(|()| {
+                        self.fsyncs
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    })
+                    .map_err(|e| {
+                        let why = format!("write-ahead log write failed: {e}; reopen the journal");
+                        self.lock().broken = Some(why.clone());
+                        why
+                    }),
             };
             buf.clear();
             if result.is_ok() {
@@ -741,6 +749,11 @@ impl Store {
                 self.maybe_rotate();
             }
         }
+    }
+
+    /// fdatasyncs of the log so far.
+    pub(super) fn fsyncs(&self) -> u64 {
+        self.fsyncs.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Blocks until no flusher runs.
