@@ -115,6 +115,23 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// Two tools in this binary have one name, so they would share keys
+    /// (the second would replay the first's results); no runtime opens
+    /// until one of them is renamed.
+    #[error(
+        "two tools are named \"{name}\": {first} and {second}; a tool's name is part of every \
+         key, so they would share keys and one would replay the other's results; give one of \
+         them another `name` (a method tool: `#[idem::tool]` on its `impl` block names it \
+         `Type::method`)"
+    )]
+    DuplicateTool {
+        /// The name both tools have.
+        name: String,
+        /// One tool, as `module_path (file:line)`.
+        first: String,
+        /// The other, the same way.
+        second: String,
+    },
     /// `Ctx::idempotency_key` or a journaled call was used without a runtime
     /// able to serve it.
     #[error("{0}")]

@@ -116,6 +116,7 @@ impl RuntimeBuilder {
 
     /// Opens the journal and starts the runtime.
     pub fn open(self) -> Result<Runtime, Error> {
+        crate::class::check_unique_names()?;
         let journal: Arc<dyn Journal> = match (self.journal, self.path) {
             (Some(j), _) => j,
             (None, Some(p)) => Arc::new(SledJournal::open_with(p, &self.sled)?),

@@ -1,5 +1,7 @@
 //! `&self` methods: a method verify (`verify = name` calls `self.name`), a
-//! free-function verify path, and a method in a generic impl.
+//! free-function verify path, and a method in a generic impl; named by
+//! `#[tool]` on their `impl` block (`Tracker::open_ticket`), or by their own
+//! `name`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -18,6 +20,7 @@ struct Tracker {
     next: AtomicU64,
 }
 
+#[tool]
 impl Tracker {
     #[tool(class = "journal", key = "title", verify = ticket_exists)]
     pub async fn open_ticket(&self, ctx: &Ctx, title: String) -> Result<u64, TicketError> {
@@ -54,7 +57,7 @@ struct Service<B> {
 }
 
 impl<B: Backend> Service<B> {
-    #[tool(class = "provider", key = "user")]
+    #[tool(class = "provider", key = "user", name = "greet")]
     async fn greet(&self, ctx: &Ctx, user: &str) -> Result<String, TicketError> {
         let _ = ctx;
         Ok(format!("{} greets {user}", self.backend.name()))
@@ -85,4 +88,10 @@ fn main() {
         tracker.close_ticket(&ctx, 7).await.unwrap();
         assert_eq!(service.greet(&ctx, "ann").await.unwrap(), "fake greets ann");
     });
+    let mut names: Vec<&str> = idem::tools().map(|t| t.name).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["Tracker::close_ticket", "Tracker::open_ticket", "greet"]
+    );
 }

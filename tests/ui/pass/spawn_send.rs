@@ -29,6 +29,7 @@ struct Client {
     base: String,
 }
 
+#[idem::tool]
 impl Client {
     #[tool(class = "journal", key = "path", verify = found)]
     async fn put(&self, ctx: &Ctx, path: String) -> Result<String, E> {
