@@ -120,18 +120,23 @@ async fn a_verify_named_like_a_parameter_is_the_function() {
     assert_eq!(TICKETS.lock().unwrap().len(), 1, "verify, not a re-run");
 }
 
-// Shape 3: parameters named like the wrapper's own variables.
+// Shape 3: parameters named like the wrapper's own variables (those it
+// has and has had).
 #[tool(class = "provider", key = "__idem_key, __idem_root")]
+#[allow(clippy::too_many_arguments)]
 async fn clash(
     __idem_ctx: &Ctx,
     __idem_key: String,
     __idem_root: String,
     __idem_args: Vec<u8>,
     __idem_attempt: u32,
+    __idem_arg0: String,
+    __idem_ctx_param: String,
+    __idem_tool: u8,
 ) -> Result<String, Fail> {
     RUNS.ran(format!("clash {__idem_key}"));
     Ok(format!(
-        "{__idem_key}/{__idem_root}/{}/{__idem_attempt}/{}",
+        "{__idem_key}/{__idem_root}/{}/{__idem_attempt}/{}/{__idem_arg0}/{__idem_ctx_param}/{__idem_tool}",
         __idem_args.len(),
         __idem_ctx.attempt()
     ))
@@ -141,24 +146,41 @@ async fn clash(
 async fn parameters_named_like_the_wrappers_variables_are_the_users() {
     let (_dir, rt) = runtime();
     let ctx = rt.run("clash");
-    // `__idem_root` is the caller's string, not the context.
-    let out = clash(&ctx, "k1".into(), "root".into(), vec![1, 2, 3], 9).await;
-    assert_eq!(out.unwrap(), "k1/root/3/9/1");
+    let call = |root: &str, args: Vec<u8>, attempt: u32| {
+        clash(
+            &ctx,
+            "k1".into(),
+            root.into(),
+            args,
+            attempt,
+            "a0".into(),
+            "cp".into(),
+            7,
+        )
+    };
+    // `__idem_root` is the caller's string, not the context, and so on.
+    let out = call("root", vec![1, 2, 3], 9).await;
+    assert_eq!(out.unwrap(), "k1/root/3/9/1/a0/cp/7");
     // And the key is made of them: same values replay, another value runs.
-    let again = clash(&ctx, "k1".into(), "root".into(), vec![], 0).await;
-    assert_eq!(again.unwrap(), "k1/root/3/9/1");
+    let again = call("root", vec![], 0).await;
+    assert_eq!(again.unwrap(), "k1/root/3/9/1/a0/cp/7");
     assert_eq!(RUNS.count("clash k1"), 1);
-    let other = clash(&ctx, "k1".into(), "other root".into(), vec![], 0).await;
-    assert_eq!(other.unwrap(), "k1/other root/0/0/1");
+    let other = call("other root", vec![], 0).await;
+    assert_eq!(other.unwrap(), "k1/other root/0/0/1/a0/cp/7");
     assert_eq!(RUNS.count("clash k1"), 2);
 }
 
-// Shapes 4 and 5: a one-expression body, and an inner attribute that must
-// keep applying to the function (this file denies warnings).
+// Shapes 4 and 5: a one-expression body on one line (where rustc would
+// call its braces unnecessary, were they the wrapper's tail), and an inner
+// attribute that must keep applying to the function (this file denies
+// warnings).
+#[rustfmt::skip]
 #[tool(class = "provider", key = "a")]
-async fn one_expression(_ctx: &Ctx, a: u32) -> Result<u32, Fail> {
-    Ok(a * 2)
-}
+async fn one_expression(_ctx: &Ctx, a: u32) -> Result<u32, Fail> { Ok(a * 2) }
+
+#[rustfmt::skip]
+#[tool(class = "read_only")]
+async fn one_expression_unnamed_ctx(_: &Ctx, a: u32) -> Result<u32, Fail> { Ok(a * 3) }
 
 #[tool(class = "provider", key = "a")]
 async fn inner_attribute(_ctx: &Ctx, a: u32) -> Result<u32, Fail> {
@@ -172,6 +194,7 @@ async fn one_expression_bodies_and_inner_attributes_run_as_written() {
     let (_dir, rt) = runtime();
     let ctx = rt.run("bodies");
     assert_eq!(one_expression(&ctx, 21).await.unwrap(), 42);
+    assert_eq!(one_expression_unnamed_ctx(&ctx, 2).await.unwrap(), 6);
     assert_eq!(inner_attribute(&ctx, 1).await.unwrap(), 2);
 }
 

@@ -71,6 +71,7 @@ mod wrapper_names {
     use super::*;
 
     #[tool(class = "provider", key = "__idem_key, __idem_root")]
+    #[allow(clippy::too_many_arguments)]
     pub async fn clash(
         __idem_ctx: &Ctx,
         __idem_key: String,
@@ -78,10 +79,12 @@ mod wrapper_names {
         __idem_args: Vec<u8>,
         __idem_attempt: u32,
         __idem_ret: u8,
+        __idem_arg0: u8,
+        __idem_ctx_param: u8,
     ) -> Result<String, E> {
         let _ = __idem_ctx.idempotency_key();
         Ok(format!(
-            "{__idem_key}/{__idem_root}/{}/{__idem_attempt}/{__idem_ret}",
+            "{__idem_key}/{__idem_root}/{}/{__idem_attempt}/{__idem_ret}/{__idem_arg0}/{__idem_ctx_param}",
             __idem_args.len()
         ))
     }
@@ -101,18 +104,26 @@ mod wrapper_names {
     }
 }
 
-/// Shape 4: A body that is one expression: no "unnecessary braces" warning.
+/// Shape 4: a body that is one expression, on one line: no "unnecessary
+/// braces" warning (rustc gives it for a one-line block in tail position).
 mod one_expression {
     use super::*;
 
+    #[rustfmt::skip]
     #[tool(class = "read_only")]
-    pub async fn double(_ctx: &Ctx, a: u32) -> Result<u32, E> {
-        Ok(a * 2)
-    }
+    pub async fn double(_ctx: &Ctx, a: u32) -> Result<u32, E> { Ok(a * 2) }
 
+    #[rustfmt::skip]
     #[tool(class = "provider", key = "a")]
-    pub async fn echo(_ctx: &Ctx, a: u32) -> Result<u32, E> {
-        Ok(a)
+    pub async fn echo(_: &Ctx, a: u32) -> Result<u32, E> { Ok(a) }
+
+    pub struct Doubler;
+
+    #[tool]
+    impl Doubler {
+        #[rustfmt::skip]
+        #[tool(class = "read_only")]
+        pub async fn double(&self, _ctx: &Ctx, a: u32) -> Result<u32, E> { Ok(a * 2) }
     }
 }
 
@@ -170,11 +181,13 @@ fn main() {
             verify_like_a_param::open(&ctx, "abcd".into()).await.unwrap(),
             4
         );
-        let clash = wrapper_names::clash(&ctx, "k".into(), "r".into(), vec![1, 2], 9, 3).await;
-        assert_eq!(clash.unwrap(), "k/r/2/9/3");
+        let clash =
+            wrapper_names::clash(&ctx, "k".into(), "r".into(), vec![1, 2], 9, 3, 4, 5).await;
+        assert_eq!(clash.unwrap(), "k/r/2/9/3/4/5");
         assert_eq!(wrapper_names::clash_verify(&ctx, 1, 2).await.unwrap(), 3);
         assert_eq!(one_expression::double(&ctx, 21).await.unwrap(), 42);
         assert_eq!(one_expression::echo(&ctx, 5).await.unwrap(), 5);
+        assert_eq!(one_expression::Doubler.double(&ctx, 4).await.unwrap(), 8);
         assert_eq!(inner_attributes::tolerant(&ctx, 6).await.unwrap(), 6);
         let configured = cfg_params::configured(&ctx, 8, "n".into()).await;
         assert_eq!(configured.unwrap(), "8:n");
