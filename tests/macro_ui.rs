@@ -8,9 +8,10 @@
 //! groups differ in how they are built:
 //! - `refusals`: only compile-fail cases, so trybuild checks them all in
 //!   one `cargo check --keep-going` (each keeps its own .stderr);
-//! - `accepted_shapes`: the pass cases are built and run one by one, and
-//!   with them the refusals that only code generation can see (a symbol
-//!   defined twice), which a check alone would miss.
+//! - `accepted_shapes`: the pass cases are built and run one by one (so
+//!   they are few files of many cases each), and with them the refusals
+//!   that only code generation can see (a symbol defined twice), which a
+//!   check alone would miss.
 
 use std::io::Write;
 
