@@ -7,7 +7,9 @@
 //! collects every problem, `expand` writes the wrapper. Any problem leaves
 //! the user's function as written, next to one `compile_error!` per
 //! problem, so the rest of the crate still type-checks and IDEs keep
-//! working.
+//! working. On an `impl` block, `impl_block` only completes the block's
+//! method attributes with the type's name (the default `Type::method`),
+//! and each method is then expanded on its own.
 
 #![warn(missing_docs)]
 
