@@ -34,7 +34,8 @@ fn cases(dir: &str) -> usize {
 #[test]
 fn refusals() {
     progress(&format!(
-        "checking {} compile-fail cases of tests/ui/fail in one cargo check (tens of seconds)",
+        "checking the {} compile-fail cases of tests/ui/fail in one cargo check (tens of seconds \
+         on a cold build)",
         cases("tests/ui/fail")
     ));
     let t = trybuild::TestCases::new();
@@ -44,8 +45,8 @@ fn refusals() {
 #[test]
 fn accepted_shapes() {
     progress(&format!(
-        "building and running {} pass cases of tests/ui/pass and {} build-time refusals of \
-         tests/ui/link, one at a time (a minute or more)",
+        "building and running the {} files of tests/ui/pass, then building the {} of \
+         tests/ui/link that must not link, one at a time (a minute or two on a cold build)",
         cases("tests/ui/pass"),
         cases("tests/ui/link")
     ));
