@@ -9,10 +9,11 @@
 //! user's.
 //! - The user's identifiers (parameters, the receiver, a verify path) keep
 //!   their own spans, so they resolve exactly as the user wrote them, even
-//!   when a `macro_rules!` supplied them.
+//!   when a `macro_rules!` supplied them. Each parameter is named so once,
+//!   moved into a local of the wrapper that everything else reads.
 //! - The wrapper's locals (`__idem_*`) are [`Span::mixed_site`]
-//!   identifiers: invisible to the body, and never captured by a parameter
-//!   of the same name.
+//!   identifiers: invisible to the body, and never confused with a
+//!   parameter of the same name.
 //! - The descriptor static lives in a block of its own; the verify path is
 //!   resolved with mixed-site hygiene, so a parameter named like the
 //!   verify function does not shadow it.
