@@ -1,7 +1,0 @@
-#[test]
-fn ui() {
-    let t = trybuild::TestCases::new();
-    t.pass("tests/ui/pass/*.rs");
-    t.compile_fail("tests/ui/fail/*.rs");
-    t.compile_fail("tests/ui/link/*.rs");
-}
