@@ -276,8 +276,11 @@ pub use idem_runtime::*;
 /// a method tool either has a `name`, or is in an `impl` block marked
 /// `#[tool]` (optionally `#[tool(crate = "...")]`), which names each of its
 /// tools without a `name` `Type::method` (the last segment of the self
-/// type, without generics; in a trait impl too). A method tool with
-/// neither is a compile error.
+/// type, without generics; in a trait impl too). The block's tool methods
+/// are those whose attribute path ends in `tool` or `_tool` (`#[tool]`,
+/// `#[idem::tool]`, `#[idem_tool]` for `use idem::tool as idem_tool`), so
+/// keep rmcp's own `#[tool]` methods in another block. A method tool with
+/// neither a `name` nor such a block is a compile error.
 ///
 /// ```
 /// # use idem::{tool, Classify, Ctx, Failure, Runtime};

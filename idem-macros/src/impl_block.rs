@@ -107,15 +107,16 @@ fn self_type_name(ty: &Type) -> Option<String> {
     }
 }
 
-/// An attribute whose path ends in `tool`: `#[tool]`, `#[idem::tool]`, or
-/// `#[framework::rt::tool]` for a re-export.
+/// An attribute whose path ends in `tool`: `#[tool]`, `#[idem::tool]`,
+/// `#[framework::rt::tool]` for a re-export, or `#[idem_tool]` for the
+/// import renamed next to rmcp's own `tool` (a macro cannot see what name
+/// it was imported under, so these are the spellings it recognizes).
 fn is_tool_attr(attr: &Attribute) -> bool {
     matches!(attr.style, syn::AttrStyle::Outer)
-        && attr
-            .path()
-            .segments
-            .last()
-            .is_some_and(|s| s.ident == "tool")
+        && attr.path().segments.last().is_some_and(|s| {
+            let name = s.ident.unraw().to_string();
+            name == "tool" || name.ends_with("_tool")
+        })
 }
 
 /// Adds the type's name (and the block's `crate`, unless the method gives

@@ -245,6 +245,37 @@ fn an_impl_block_names_its_tools_after_its_type() {
 }
 
 #[test]
+fn an_impl_block_recognizes_the_renamed_import() {
+    let out = super::tool_impl(
+        quote!(),
+        quote!(
+            impl Mailer {
+                #[idem_tool(class = "read_only")]
+                async fn send(&self, ctx: &Ctx) -> Result<(), E> {
+                    Ok(())
+                }
+            }
+        ),
+    )
+    .unwrap();
+    let block: syn::ItemImpl = syn::parse2(out).unwrap();
+    let syn::ImplItem::Fn(f) = &block.items[0] else {
+        panic!("a method comes out")
+    };
+    let args: Args = f.attrs[0].parse_args().unwrap();
+    let func = syn::ItemFn {
+        attrs: Vec::new(),
+        vis: f.vis.clone(),
+        sig: f.sig.clone(),
+        block: Box::new(f.block.clone()),
+    };
+    assert_eq!(
+        validate::validate(args.0, &func).unwrap().name,
+        "Mailer::send"
+    );
+}
+
+#[test]
 fn an_impl_block_passes_its_crate_unless_a_method_has_its_own() {
     let names = names_in_impl(
         quote!(crate = "my::rt"),
