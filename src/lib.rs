@@ -31,7 +31,7 @@
 //! # }
 //! # impl std::error::Error for MailError {}
 //!
-//! #[tool(class = "journal", key = "to, order_id", verify = email_landed, redact = "body")]
+//! #[tool(class = "journal", timeout = "30s", key = "to, order_id", verify = email_landed, redact = "body")]
 //! async fn send_email(ctx: &Ctx, to: String, order_id: u64, body: String) -> Result<String, MailError> {
 //!     // A real tool passes ctx.idempotency_key() to the provider.
 //!     Ok(format!("sent {order_id} to {to} as {}", ctx.idempotency_key()))
@@ -77,7 +77,8 @@ pub use idem_http as http;
 /// #[tool(
 ///     class = "read_only" | "provider" | "journal" | "at_most_once",   required
 ///     key = "to, template, order.id",   the fields that identify one operation
-///     name = "send_email",              stable tool id (default: the fn name)
+///     name = "send_email",              stable tool id (default: the fn name,
+///                                       `Type::method` under `#[tool] impl Type`)
 ///     verify = email_landed,            journal class: how to tell if it landed
 ///     dedupe_window = "24h",            provider class: how long it keeps keys
 ///     retry(max_attempts = 5, initial = "1s", backoff = 2.0,
@@ -91,17 +92,29 @@ pub use idem_http as http;
 ///
 /// # The function
 ///
-/// - An `async fn`, free or a method taking `&self`.
+/// - An `async fn`, free or a method taking `&self` (or `self: &Arc<Self>`).
+///   A method tool is named after its type: put `#[tool]` on its `impl`
+///   block, or give it a `name` (see [`name`](#name)).
 /// - Its first parameter (after `&self`) is the call context, `ctx: &Ctx`
 ///   (any name). Inside the body it is the context *of the attempt*: it
 ///   carries [`Ctx::idempotency_key`] (identical on every attempt and after a
 ///   restart) and [`Ctx::attempt`].
 /// - It returns `Result<T, E>` with `E: Classify + Debug`; for the three
 ///   journaled classes `T: Serialize + DeserializeOwned` (the result is
-///   stored and replayed).
+///   stored and replayed). A `read_only` tool, which stores nothing, may
+///   return `Result<impl Trait, E>`.
 /// - Every other parameter is a plain name and `Clone`: each attempt runs the
 ///   body on its own copy. Non-redacted arguments are recorded (by their
-///   serde form when they have one) as evidence and to detect drift.
+///   serde form when they have one) as evidence and to detect drift. A
+///   parameter under `#[cfg(...)]` is copied and recorded only when it is
+///   configured in; it cannot be a key field (the key would differ between
+///   builds).
+///
+/// Anything that compiles without the attribute compiles with it, without
+/// a new warning: parameter names may come from a `macro_rules!` or look
+/// like the generated code's own (`__idem_key`), the body may be a single
+/// expression or open with inner attributes (`#![allow(...)]`). The
+/// wrapper's own variables are hygienic: the body cannot see them.
 ///
 /// The generated function has the same signature, except that the error
 /// type becomes [`ToolError<E>`](ToolError). Before the first attempt it
@@ -230,12 +243,9 @@ pub use idem_http as http;
 ///
 /// ## `name`
 ///
-/// The stable id of the tool, part of every key (default: the function's
-/// name; for a method, the method's name alone, since an attribute cannot
-/// see the type it is implemented on). Two tools must not share a name,
-/// or equal key fields would make them one operation: name them apart when
-/// two modules or types each have, say, a `send`. Set `name` before
-/// renaming a function, so that operations already in the journal keep
+/// The stable id of the tool, part of every key. The default is the
+/// function's name for a free function. Set `name` before renaming a
+/// function, so that operations already in the journal keep
 /// deduplicating:
 ///
 /// ```
@@ -260,6 +270,63 @@ pub use idem_http as http;
 /// # }
 /// ```
 ///
+/// Two tools must not share a name, or equal key fields would make them one
+/// operation: the second would replay the first's result without running.
+/// Two tools of one name in one binary therefore fail to build (the error
+/// names the symbol `idem: more than one #[tool] is named "..."`), and a
+/// [`Runtime`] refuses to open with [`Error::DuplicateTool`] should such a
+/// binary exist anyway.
+///
+/// A method's name includes its type, so that `Mailer::send` and
+/// `Sms::send` stay apart. An attribute on a method cannot see its type, so
+/// a method tool either has a `name`, or is in an `impl` block marked
+/// `#[tool]` (optionally `#[tool(crate = "...")]`), which names each of its
+/// tools without a `name` `Type::method` (the last segment of the self
+/// type, without generics; in a trait impl too). The block's tool methods
+/// are those whose attribute path ends in `tool` or `_tool` (`#[tool]`,
+/// `#[idem::tool]`, `#[idem_tool]` for `use idem::tool as idem_tool`), so
+/// keep rmcp's own `#[tool]` methods in another block. A method tool with
+/// neither a `name` nor such a block is a compile error.
+///
+/// ```
+/// # use idem::{tool, Classify, Ctx, Failure, Runtime};
+/// # #[derive(Debug)] enum ApiError { Refused, Timeout, Rejected }
+/// # impl Classify for ApiError { fn classify(&self) -> Failure { match self { ApiError::Refused => Failure::not_sent(), ApiError::Timeout => Failure::ambiguous(), ApiError::Rejected => Failure::Semantic } } }
+/// # impl std::fmt::Display for ApiError { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{self:?}") } }
+/// # impl std::error::Error for ApiError {}
+/// struct Mailer;
+/// struct Sms;
+///
+/// #[tool]
+/// impl Mailer {
+///     #[tool(class = "provider", key = "to, order_id")]
+///     async fn send(&self, ctx: &Ctx, to: String, order_id: u64) -> Result<String, ApiError> {
+///         Ok(format!("email to {to}"))
+///     }
+/// }
+///
+/// #[tool]
+/// impl Sms {
+///     #[tool(class = "provider", key = "to, order_id")]
+///     async fn send(&self, ctx: &Ctx, to: String, order_id: u64) -> Result<String, ApiError> {
+///         Ok(format!("text to {to}"))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let rt = Runtime::open(dir.path())?;
+/// let ctx = rt.run("order-4711");
+/// assert_eq!(Mailer.send(&ctx, "ann".into(), 4711).await?, "email to ann");
+/// // Same key fields, another tool: sent, not replayed from the email.
+/// assert_eq!(Sms.send(&ctx, "ann".into(), 4711).await?, "text to ann");
+/// assert!(idem::tools().any(|t| t.name == "Mailer::send"));
+/// assert!(idem::tools().any(|t| t.name == "Sms::send"));
+/// # Ok(())
+/// # }
+/// ```
+///
 /// ## `verify`
 ///
 /// Journal class only, and required there: how to find out whether an
@@ -268,7 +335,8 @@ pub use idem_http as http;
 /// `async fn(&Ctx) -> Result<Verdict<T>, E>` that looks the effect up by
 /// [`Ctx::idempotency_key`]: [`Verdict::Landed`] commits its result,
 /// [`Verdict::NotLanded`] lets the engine re-run the call,
-/// [`Verdict::Unknown`] (or an error) escalates. In a method tool a bare
+/// [`Verdict::Unknown`] (or an error) escalates. A `verify` function that
+/// is not `async` is a compile error saying so. In a method tool a bare
 /// name is a method of the same type (`verify = landed` calls
 /// `self.landed(&ctx)`); a path with `::` is a free function.
 /// `verify = "none"` escalates every unknown outcome.
@@ -286,8 +354,9 @@ pub use idem_http as http;
 ///     by_key: Mutex<BTreeMap<String, u64>>,
 /// }
 ///
+/// #[tool]
 /// impl Tickets {
-///     #[tool(class = "journal", key = "title", verify = find_ticket)]
+///     #[tool(class = "journal", timeout = "30s", key = "title", verify = find_ticket)]
 ///     async fn open(&self, ctx: &Ctx, title: String) -> Result<u64, ApiError> {
 ///         let mut tickets = self.by_key.lock().unwrap();
 ///         let id = tickets.len() as u64 + 1;
@@ -394,6 +463,17 @@ pub use idem_http as http;
 /// ambiguous (it may have reached the provider), so the class decides what
 /// follows: a provider tool retries with the same key, a journal tool asks
 /// `verify`, an at-most-once tool escalates.
+///
+/// Required on a journal tool with a `verify` function. When a process
+/// dies mid-call (or a call is dropped), the next call of that key must not
+/// ask `verify` while the dead attempt's request may still be inside the
+/// provider: "not landed" would then license a second send. So recovery
+/// waits until the dead attempt would have timed out in the call itself —
+/// its start, plus `timeout`, plus the backoff — before it asks. That wait
+/// can be as long as `timeout`: it is recorded as an
+/// [`EventKind::Settling`](crate::EventKind::Settling) audit event (and a
+/// `tracing` event) with its length, so a host that gives up on slow tool
+/// calls sees why. Choose the longest an attempt may really take.
 ///
 /// ```
 /// # use idem::{tool, Classify, Ctx, Failure, Runtime, ToolError};
@@ -511,15 +591,18 @@ pub use idem_http as http;
 /// build (the function is then left as written, so nothing else breaks):
 /// a missing or unknown `class`; `key` missing on a journaled class or
 /// given on `read_only`; a key entry that is not a parameter (or a field
-/// path on one), or is the context; a key field without a stable encoding
-/// (no [`KeyPart`]); a function that is not `async`, does not return
-/// `Result<T, E>`, takes no `&Ctx` first, or takes `&mut self`; `E` without
-/// [`Classify`]; a journaled `T` that cannot be stored; an argument that is
-/// not `Clone`; `verify` missing on a journal tool or given on another
-/// class; `retry` on `at_most_once`; a provider's `max_elapsed` not shorter
-/// than its `dedupe_window`; unknown (with the closest valid name
-/// suggested) or duplicate arguments, malformed durations, and `redact`
-/// entries that are not parameters.
+/// path on one), is the context, or is a `#[cfg(...)]` parameter; a key
+/// field without a stable encoding (no [`KeyPart`]); a function that is not
+/// `async`, does not return `Result<T, E>`, takes no `&Ctx` first, or takes
+/// `&mut self`; `E` without [`Classify`], or `impl Trait`; a journaled `T`
+/// that cannot be stored, or is `impl Trait`; an argument that is not
+/// `Clone`; `verify` missing on a journal tool, given on another class, or
+/// not an `async fn`; `retry` on `at_most_once`; a provider's `max_elapsed`
+/// not shorter than its `dedupe_window`; a method tool with no `name`
+/// outside a `#[tool]` impl block; two tools of one name in one binary (at
+/// link time); unknown (with the closest valid name suggested) or duplicate
+/// arguments, malformed durations, and `redact` entries that are not
+/// parameters. `key` and `redact` lists may end with a comma.
 ///
 /// Durations are written as a number and a unit among `ms`, `s`, `m`, `h`,
 /// `d`: `"500ms"`, `"1.5s"`, `"24h"`, `"1h 30m"`.

@@ -352,8 +352,9 @@ struct Receipt {
     to: String,
 }
 
+#[tool]
 impl Mailer {
-    #[tool(class = "journal", key = "to, template, order_id", verify = landed, retry(initial = "5ms"))]
+    #[tool(class = "journal", timeout = "30s", key = "to, template, order_id", verify = landed, retry(initial = "5ms"))]
     async fn send_email(
         &self,
         ctx: &Ctx,
@@ -539,35 +540,32 @@ async fn field_path_keys_ignore_the_other_fields() {
     assert_eq!(keys.len(), 5);
 }
 
-/// A tool whose stable `name` is not its function's: renaming the function
-/// (or changing `&str` to `String`, which encode alike) keeps its keys, so
-/// old operations stay deduplicated. (Two tools of one name in one program
-/// are refused when the runtime opens.)
+/// A renamed function keeping its stable `name`, with its key parameter
+/// changed from `&str` to `String`: the key is the one the old build
+/// (`async fn notify(ctx, user: &str)`) derived, so operations already in
+/// the journal keep deduplicating.
 #[tool(class = "provider", name = "notify", key = "user")]
-async fn notify_v1(ctx: &Ctx, user: &str, probe: Arc<Probe>) -> Result<String, Fail> {
+async fn notify_v2(ctx: &Ctx, user: String, probe: Arc<Probe>) -> Result<String, Fail> {
     probe.attempt(ctx)?;
-    Ok(format!("v1:{user}"))
+    Ok(format!("v2:{user}"))
 }
 
 #[tokio::test]
 async fn the_name_argument_is_the_stable_tool_id() {
+    /// The old build's tool, as the key derivation saw it.
+    static OLD_NOTIFY: idem::ToolDescriptor = idem::ToolDescriptor::new("notify", Class::Provider);
     let (_dir, rt) = runtime();
     let ctx = rt.run("n");
     let probe = Probe::scripted(&[]);
     assert_eq!(
-        notify_v1(&ctx, "ann", probe.clone()).await.unwrap(),
-        "v1:ann"
+        notify_v2(&ctx, "ann".into(), probe.clone()).await.unwrap(),
+        "v2:ann"
     );
-    assert_eq!(probe.calls(), 1);
-    assert!(probe.keys()[0].starts_with("notify-"));
-    // The key is the name's and the fields', as a tool `notify` taking a
-    // `String` would derive it.
-    static RENAMED: idem::ToolDescriptor =
-        idem::ToolDescriptor::new("notify", idem::Class::Provider);
-    let renamed = idem::__private::key(&ctx, &RENAMED)
-        .field(&"ann".to_string())
+    let old_key = idem::__private::key(&ctx, &OLD_NOTIFY)
+        .field("ann")
         .finish();
-    assert_eq!(probe.keys()[0], renamed.as_str());
+    assert_eq!(probe.keys(), [old_key.as_str()]);
+    assert!(idem::tools().all(|t| t.name != "notify_v2"));
 }
 
 /// Generic over the key type and the result.
@@ -732,7 +730,8 @@ fn descriptors_are_registered_with_their_settings() {
     assert_eq!(w.timeout, Some(Duration::from_millis(50)));
     assert_eq!(w.retry, idem::RetryPolicy::DEFAULT);
 
-    let m = find("send_email");
+    // Named by `#[tool]` on its `impl` block.
+    let m = find("Mailer::send_email");
     assert_eq!(m.class, Class::Journal);
     assert_eq!(m.key_fields, ["to", "template", "order_id"]);
     assert_eq!(m.verify, Some("landed"));
@@ -747,7 +746,8 @@ fn descriptors_are_registered_with_their_settings() {
     );
     assert_eq!(find("lookup").class, Class::ReadOnly);
     assert!(find("lookup").key_fields.is_empty());
-    assert_eq!(idem::tools().filter(|t| t.name == "notify").count(), 1);
+    assert_eq!(find("notify").key_fields, ["user"]);
+    assert_eq!(find("shapes::Svc::describe").class, Class::Journal);
 }
 
 #[tool(
@@ -832,7 +832,13 @@ mod shapes {
     }
 
     impl<T: Display + Send + Sync> Svc<T> {
-        #[tool(class = "journal", key = "id", verify = self::found)]
+        #[tool(
+            class = "journal",
+            name = "shapes::Svc::describe",
+            key = "id",
+            verify = self::found,
+            timeout = "30s"
+        )]
         pub async fn describe(&self, ctx: &Ctx, id: u32) -> Result<String, Fail> {
             let _ = ctx;
             Ok(format!("{}#{id}", self.inner))

@@ -373,6 +373,7 @@ struct Mailer {
     email: idem_testkit::EmailClient,
 }
 
+#[idem::tool]
 impl Mailer {
     #[idem::tool(
         class = "journal",

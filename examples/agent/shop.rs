@@ -183,8 +183,18 @@ impl Shop {
         }
     }
 
+    // Each tool names itself (`name = "charge"`): a method tool's name must
+    // be given, or come from `#[idem::tool]` on the `impl` block, which would
+    // make these `Shop::charge` etc. The name is part of every key, and the
+    // journals, audit logs and checks of the demo and the torture harness
+    // know the tools by these short names.
+
     /// Step 1, read-only: no key, no journal, retried freely.
-    #[tool(class = "read_only", retry(max_attempts = 3, initial = "10ms"))]
+    #[tool(
+        class = "read_only",
+        name = "lookup_order",
+        retry(max_attempts = 3, initial = "10ms")
+    )]
     pub async fn lookup_order(&self, ctx: &Ctx, order_id: u64) -> Result<Order, ProviderError> {
         Ok(order_book(order_id))
     }
@@ -195,6 +205,7 @@ impl Shop {
     /// again. The key is the order: one charge per order, ever.
     #[tool(
         class = "provider",
+        name = "charge",
         key = "order.id",
         retry(
             max_attempts = 10,
@@ -228,6 +239,7 @@ impl Shop {
     /// The body is redacted: never written to the journal or the audit log.
     #[tool(
         class = "journal",
+        name = "send_email",
         key = "to, template, order_id",
         verify = email_landed,
         redact = "body",
@@ -270,6 +282,7 @@ impl Shop {
     /// be found by the external reference we give them (our key).
     #[tool(
         class = "journal",
+        name = "open_ticket",
         key = "order_id, topic",
         verify = ticket_landed,
         retry(max_attempts = 10, initial = "10ms", max_interval = "200ms"),
@@ -310,7 +323,12 @@ impl Shop {
     /// a wire up. A request that may have reached it is never re-sent by
     /// idem: it is escalated, and a human checks the bank statement and
     /// answers with `Runtime::resolve`.
-    #[tool(class = "at_most_once", key = "order_id", timeout = "600ms")]
+    #[tool(
+        class = "at_most_once",
+        name = "refund_wire",
+        key = "order_id",
+        timeout = "600ms"
+    )]
     pub async fn refund_wire(
         &self,
         ctx: &Ctx,

@@ -22,6 +22,7 @@ struct Payments {
     base: String,
 }
 
+#[tool]
 impl Payments {
     fn new(server: &Server) -> Payments {
         Payments {
@@ -65,7 +66,7 @@ impl Payments {
         Ok(ctx.idempotency_key().to_string())
     }
 
-    #[tool(class = "journal", key = "order_id", verify = charge_landed, retry(initial = "1ms"))]
+    #[tool(class = "journal", timeout = "30s", key = "order_id", verify = charge_landed, retry(initial = "1ms"))]
     async fn journaled(&self, ctx: &Ctx, order_id: u64) -> Result<String, HttpError> {
         let request = self.client.post(format!("{}/v1/charges", self.base));
         Ok(http::send(ctx, request).await?.text().await?)
@@ -156,7 +157,7 @@ async fn a_500_after_applying_is_retried_with_the_same_key_and_replayed() {
         "attempt 2 was the provider's replay"
     );
     assert_eq!(
-        rt.stats().await.unwrap().tools["charge"].provider_replays,
+        rt.stats().await.unwrap().tools["Payments::charge"].provider_replays,
         1
     );
 }

@@ -5,19 +5,39 @@
 //! first attempt, and hands the engine a closure that runs the original
 //! body once per attempt on fresh copies of the arguments.
 //!
-//! Generated tokens resolve at the call site but are *located* on the
-//! user's tokens where an error can arise (a key field's type, an argument
-//! that is not `Clone`, `E: Classify`), so rustc underlines the user's code,
-//! while lints still see them as macro output.
+//! Hygiene: the generated code shares no name and no scope with the
+//! user's.
+//! - The user's identifiers (parameters, the receiver, a verify path) keep
+//!   their own spans, so they resolve exactly as the user wrote them, even
+//!   when a `macro_rules!` supplied them. Each parameter is named so once,
+//!   moved into a local of the wrapper that everything else reads.
+//! - The wrapper's locals (`__idem_*`) are [`Span::mixed_site`]
+//!   identifiers: invisible to the body, and never confused with a
+//!   parameter of the same name.
+//! - The descriptor static lives in a block of its own; the verify path is
+//!   resolved with mixed-site hygiene, so a parameter named like the
+//!   verify function does not shadow it.
+//! - The body keeps its own block, with braces marked as generated so
+//!   lints about them (`unused_braces`) do not fire on the user's code.
+//!
+//! Generated tokens are *located* on the user's tokens where an error can
+//! arise (a key field's type, an argument that is not `Clone`,
+//! `E: Classify`), so rustc underlines the user's code.
 
 use std::time::Duration;
 
-use proc_macro2::{Group, Ident, Span, TokenStream, TokenTree};
-use quote::{format_ident, quote, ToTokens};
+use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream, TokenTree};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::{FnArg, GenericArgument, ItemFn, Pat, PathArguments, ReturnType, Type};
 
-use crate::validate::{ends, Class, Tool, Verify};
+use crate::validate::{ends, impl_trait_as_infer, Class, Tool, Verify};
+
+/// A local of the wrapper: mixed-site hygiene makes it invisible to the
+/// user's tokens and keeps it from resolving to a user's binding.
+fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
 
 pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
     let krate = &tool.krate;
@@ -33,17 +53,25 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
         mut sig,
         block,
     } = item;
+    // Inner attributes of the body (`#![allow(..)]`) belong to the
+    // function: they open the wrapper's body, where they cover the same
+    // code as before plus the generated code.
+    let (inner_attrs, outer_attrs): (Vec<_>, Vec<_>) = attrs
+        .into_iter()
+        .partition(|a| matches!(a.style, syn::AttrStyle::Inner(_)));
     let user_ret = match &sig.output {
         ReturnType::Type(_, ty) => (**ty).clone(),
         ReturnType::Default => unreachable!("validated: returns Result<T, E>"),
     };
+    // The body's output type, with any `impl Trait` left to inference.
+    let body_ret = impl_trait_as_infer(&user_ret);
 
     // The outer signature: `mut` belongs to the per-attempt copies, not to
     // the parameters the wrapper only reads; `_: &Ctx` needs a name.
     let ctx_index = usize::from(shape.method);
     let ctx_outer = match &ctx.ident {
         Some(i) => i.clone(),
-        None => format_ident!("__idem_ctx_param"),
+        None => format_ident!("__idem_unnamed_ctx", span = Span::mixed_site()),
     };
     for (i, input) in sig.inputs.iter_mut().enumerate() {
         let FnArg::Typed(pt) = input else { continue };
@@ -56,6 +84,14 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
     if let ReturnType::Type(_, ty) = &mut sig.output {
         wrap_error(ty, krate);
     }
+
+    let tool_ref = local("__idem_tool");
+    let root = local("__idem_root");
+    let key = local("__idem_key");
+    let args = local("__idem_args");
+    let attempt_fn = local("__idem_attempt");
+    let attempt_ctx = local("__idem_ctx");
+    let ret = local("__idem_ret");
 
     // A static cannot name the function's generic parameters: the result
     // check goes into the descriptor only when the result type names none
@@ -75,14 +111,27 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
         located_call(quote!(#p::assert_journaled::<), ok, quote!(>();))
     };
 
+    // The parameters move into the wrapper's own locals first: the only
+    // statements that name them as the user wrote them, which no error can
+    // come from. Everything after refers to the locals, located on the
+    // user's tokens, so diagnostics read as before and lints about using a
+    // parameter (pedantic `used_underscore_binding` for `_ctx`) do not
+    // blame the user for code they did not write.
+    let quiet = quote!(#[allow(clippy::used_underscore_binding)]);
+    let ctx_moved = local("__idem_ctx_param");
     let (_, ctx_hi) = ends(&ctx.ty);
-    // Uses of the user's parameters resolve like the user's tokens but carry
-    // the macro's context, so lints about how they are used (e.g. clippy's
-    // `used_underscore_binding` on `_ctx`) stay quiet.
-    let root_value = at_call_site(&ctx_outer, ctx_hi);
-    let root = quote!(let __idem_root: &#p::Ctx = #root_value;);
-
+    let mut moves = quote!(#quiet let #ctx_moved = #ctx_outer;);
     let params = &shape.params;
+    let moved: Vec<Ident> = (0..params.len())
+        .map(|i| local(&format!("__idem_arg{i}")))
+        .collect();
+    for (param, to) in params.iter().zip(&moved) {
+        let (cfg, from) = (&param.cfg, &param.ident);
+        moves.extend(quote!(#(#cfg)* #quiet let #to = #from;));
+    }
+    let ctx_value = at(&ctx_moved, ctx_hi);
+    let root_bind = quote!(let #root: &#p::Ctx = #ctx_value;);
+
     let journaled = tool.class != Class::ReadOnly;
     let record = if journaled {
         let fields = tool.key.iter().map(|k| {
@@ -92,27 +141,34 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
             } else {
                 (k.span, k.span)
             };
-            let ident = at_call_site(&param.ident, hi);
+            // All mixed-site tokens, like the local it reads: one expansion
+            // context from the first token to the last, so rustc underlines
+            // the whole `name: Type`, and reports the missing `KeyPart` once
+            // (for `key_part` and `field` alike, as their spans are equal).
+            let value = at(&moved[k.param], hi);
             let members = k.members.iter();
-            let access = located(quote!(#(.#members)*), hi);
-            let head = located(quote!(#p::key_part), lo);
-            let amp = located(quote!(&), lo);
-            let args = paren(quote!(#amp #ident #access), hi);
+            let access = mixed(quote!(#(.#members)*), hi);
+            let head = mixed(quote!(#p::key_part), lo);
+            let amp = mixed(quote!(&), lo);
+            let mut args = Group::new(Delimiter::Parenthesis, quote!(#amp #value #access));
+            args.set_span(Span::mixed_site().located_at(hi));
             quote!(.field(#head #args))
         });
-        let captures = params.iter().map(|param| {
-            let ident = at_call_site(&param.ident, param.ident.span());
+        let captures = params.iter().zip(&moved).map(|(param, value)| {
             let name = param.ident.unraw().to_string();
+            let cfg = &param.cfg;
             if tool.redact.contains(&name) {
-                quote!(__idem_args.redacted(#name);)
+                quote!(#(#cfg)* #args.redacted(#name);)
             } else {
-                quote!((&&#p::Capture(&#ident)).capture(&mut __idem_args, #name);)
+                let value = at(value, param.ident.span());
+                quote!(#(#cfg)* (&&#p::Capture(&#value)).capture(&mut #args, #name);)
             }
         });
-        let mutability = (!params.is_empty()).then(|| quote!(mut));
         quote! {
-            let __idem_key = #p::key(__idem_root, &__IDEM_TOOL) #(#fields)* .finish();
-            let #mutability __idem_args = #p::Args::new();
+            let #key = #p::key(#root, #tool_ref) #(#fields)* .finish();
+            // Not mutated when every parameter is configured out.
+            #[allow(unused_mut)]
+            let mut #args = #p::Args::new();
             {
                 #[allow(unused_imports)]
                 use #p::{CaptureOpaque as _, CaptureSerialize as _};
@@ -123,47 +179,63 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
         TokenStream::new()
     };
 
-    let copies = params.iter().map(|param| {
+    let copies = params.iter().zip(&moved).map(|(param, value)| {
         let ident = &param.ident;
         let mutability = param.mutable.then(|| quote!(mut));
         let (lo, hi) = (ident.span(), ends(&param.ty).1);
         let head = located(quote!(#p::AttemptArg::for_attempt), lo);
-        let amp = located(quote!(&), lo);
-        let arg = at_call_site(ident, hi);
-        let args = paren(quote!(#amp #arg), hi);
+        let amp = mixed(quote!(&), lo);
+        let value = at(value, hi);
+        let args = paren(quote!(#amp #value), hi);
+        let cfg = &param.cfg;
         // A parameter the body does not use is still part of the call (key,
         // evidence); its copy must not warn.
-        quote!(#[allow(unused_variables)] let #mutability #ident = #head #args;)
+        quote!(#(#cfg)* #[allow(unused_variables)] let #mutability #ident = #head #args;)
     });
     let ctx_bind = ctx
         .ident
         .as_ref()
-        .map(|i| quote!(#[allow(unused_variables)] let #i: &#p::Ctx = &__idem_ctx;));
+        .map(|i| quote!(#[allow(unused_variables)] let #i: &#p::Ctx = &#attempt_ctx;));
+    // The body's own block, its braces marked as generated: the block is
+    // the tail of the attempt's future, where rustc would otherwise call
+    // the braces of a one-expression body unnecessary.
+    let body = {
+        let mut braces = Group::new(
+            Delimiter::Brace,
+            block.stmts.iter().fold(TokenStream::new(), |mut ts, s| {
+                s.to_tokens(&mut ts);
+                ts
+            }),
+        );
+        braces.set_span(Span::call_site().located_at(block.brace_token.span.join()));
+        braces
+    };
     let attempt = quote! {
-        move |__idem_ctx: #p::Ctx| {
+        move |#attempt_ctx: #p::Ctx| {
             #(#copies)*
             async move {
                 // Fixes the block's output type before the body is checked,
                 // so `?` and `return` in the body convert into it.
-                if let ::core::option::Option::Some(__idem_ret) =
-                    ::core::option::Option::None::<#user_ret>
+                if let ::core::option::Option::Some(#ret) =
+                    ::core::option::Option::None::<#body_ret>
                 {
-                    return __idem_ret;
+                    return #ret;
                 }
                 #ctx_bind
-                #block
+                #body
             }
         }
     };
 
     let call = if journaled {
         let verify = match &tool.verify {
-            Verify::Path(path) => verify_closure(path, shape.method, &p, ok, err),
+            Verify::Path(path) => verify_closure(path, shape.receiver, &p, ok, err),
             Verify::Absent | Verify::Disabled => quote!(#p::no_verify::<#ok, #err>()),
         };
-        // The error's `Display` for operators when it has one, and sharing
-        // the leader's error with concurrent duplicates when it can be
-        // cloned: picked by method resolution on what `E` implements.
+        // The error's `Display` for operators when it has one (else
+        // `Debug`), sharing the leader's error with concurrent duplicates
+        // when it can be cloned, and the result check: picked by method
+        // resolution on what the types implement.
         let hooks = quote! {{
             #[allow(unused_imports)]
             use #p::{DescribeDebug as _, DescribeDisplay as _, DescribeName as _, ShareClone as _, ShareNone as _};
@@ -174,21 +246,23 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
             )
         }};
         quote! {
-            #p::call_with(__idem_root, &__IDEM_TOOL, __idem_key, __idem_args, __idem_attempt, #verify, #hooks).await
+            #p::call_with(#root, #tool_ref, #key, #args, #attempt_fn, #verify, #hooks).await
         }
     } else {
-        quote!(#p::call_read_only(__idem_root, &__IDEM_TOOL, __idem_attempt).await)
+        quote!(#p::call_read_only(#root, #tool_ref, #attempt_fn).await)
     };
 
     quote! {
-        #(#attrs)*
+        #(#outer_attrs)*
         #vis #sig {
-            #descriptor
+            #(#inner_attrs)*
+            #moves
+            let #tool_ref: &'static #p::ToolDescriptor = #descriptor;
             #assert_classify
             #assert_journaled
-            #root
+            #root_bind
             #record
-            let __idem_attempt = #attempt;
+            let #attempt_fn = #attempt;
             #call
         }
     }
@@ -209,14 +283,15 @@ fn wrap_error(ty: &mut Type, krate: &syn::Path) {
     }
 }
 
-/// The static descriptor and its registration, both inside the function
-/// body so that no name can collide with the user's items.
+/// A block evaluating to the tool's `&'static ToolDescriptor`: the static,
+/// its registration and its link-time name guard, in a block of their own so
+/// that none of their names is visible to the user's code.
 /// Whether a type mentions `Self` or an `impl Trait`.
 fn names_self_or_impl(ty: &Type) -> bool {
     fn walk(tokens: TokenStream) -> bool {
         tokens.into_iter().any(|t| match t {
-            TokenTree::Ident(i) => i == "Self" || i == "impl",
-            TokenTree::Group(g) => walk(g.stream()),
+            proc_macro2::TokenTree::Ident(i) => i == "Self" || i == "impl",
+            proc_macro2::TokenTree::Group(g) => walk(g.stream()),
             _ => false,
         })
     }
@@ -278,30 +353,53 @@ fn descriptor(
     // than the attribute's.
     // (`line!()` follows its tokens' expansion context up to the first
     // root one, so the tokens take the name's context, not just its place.)
-    let here = quote::quote_spanned!(fn_ident.span()=> ::core::file!(), line: ::core::line!());
+    let here = quote_spanned!(fn_ident.span()=> ::core::file!(), line: ::core::line!());
+    let statik = format_ident!("__IDEM_TOOL", span = Span::mixed_site());
+    let guard = name_guard(name, fn_ident.span());
     quote! {
-        static __IDEM_TOOL: #p::ToolDescriptor = #p::ToolDescriptor {
-            name: #name,
-            class: #p::Class::#class,
-            key_fields: &[#(#key_fields),*],
-            dedupe_window: #window,
-            retry: #p::RetryPolicy {
-                max_attempts: #max_attempts,
-                initial: #initial,
-                backoff: #backoff,
-                max_interval: #max_interval,
-                max_elapsed: #max_elapsed,
-                jitter: #jitter,
-            },
-            timeout: #timeout,
-            on_drift: #p::OnDrift::#on_drift,
-            redact: &[#(#redact),*],
-            verify: #verify,
-            check_landed: #check_landed,
-            module_path: ::core::module_path!(),
-            file: #here,
-        };
-        #p::inventory::submit! { #p::RegisteredTool(&__IDEM_TOOL) }
+        {
+            static #statik: #p::ToolDescriptor = #p::ToolDescriptor {
+                name: #name,
+                class: #p::Class::#class,
+                key_fields: &[#(#key_fields),*],
+                dedupe_window: #window,
+                retry: #p::RetryPolicy {
+                    max_attempts: #max_attempts,
+                    initial: #initial,
+                    backoff: #backoff,
+                    max_interval: #max_interval,
+                    max_elapsed: #max_elapsed,
+                    jitter: #jitter,
+                },
+                timeout: #timeout,
+                on_drift: #p::OnDrift::#on_drift,
+                redact: &[#(#redact),*],
+                verify: #verify,
+                check_landed: #check_landed,
+                module_path: ::core::module_path!(),
+                file: #here,
+            };
+            #p::inventory::submit! { #p::RegisteredTool(&#statik) }
+            #guard
+            &#statik
+        }
+    }
+}
+
+/// One exported symbol per tool name, so that two tools of one name in one
+/// binary do not link: rustc refuses a second definition of the symbol in
+/// one crate, the linker one across crates. The symbol's text is what the
+/// error shows, so it says what is wrong. (`Runtime::open` checks the same
+/// at run time, for builds that get past this.)
+fn name_guard(name: &str, at: Span) -> TokenStream {
+    let symbol = format!(
+        "idem: more than one #[tool] is named \"{}\"",
+        name.escape_default()
+    );
+    let statik = format_ident!("__IDEM_TOOL_NAME", span = Span::mixed_site());
+    quote_spanned! {at.resolved_at(Span::mixed_site())=>
+        #[unsafe(export_name = #symbol)]
+        static #statik: u8 = 0;
     }
 }
 
@@ -310,24 +408,41 @@ fn descriptor(
 /// free function.
 fn verify_closure(
     path: &syn::Path,
-    method: bool,
+    receiver: Option<Span>,
     p: &TokenStream,
     ok: &Type,
     err: &Type,
 ) -> TokenStream {
     let (lo, hi) = ends(path);
-    let is_method = method && path.leading_colon.is_none() && path.segments.len() == 1;
-    let head = if is_method {
-        let recv = located(quote!(self.), lo);
-        quote!(#recv #path)
-    } else {
-        quote!(#path)
+    let single = path.leading_colon.is_none() && path.segments.len() == 1;
+    let head = match receiver {
+        Some(self_span) if single => {
+            // The receiver as the signature spells it, so it resolves to the
+            // method's `self` whatever macro wrote the method.
+            let recv = Ident::new("self", self_span.located_at(lo));
+            let dot = located(quote!(.), lo);
+            quote!(#recv #dot #path)
+        }
+        _ if single => {
+            // Resolved as an item at the call site but blind to local
+            // bindings: a parameter named like the function does not
+            // shadow it.
+            let mut path = path.clone();
+            let first = &mut path.segments[0].ident;
+            first.set_span(Span::mixed_site().located_at(first.span()));
+            path.into_token_stream()
+        }
+        _ => path.into_token_stream(),
     };
-    let tail = located(quote!((&__idem_vctx).await), hi);
+    let vctx = local("__idem_vctx");
+    let verdict = local("__idem_verdict");
+    let call = located(quote!(#p::verify_future), lo);
+    let arg = paren(quote!(#head(&#vctx)), hi);
+    let tail = located(quote!(.await), hi);
     quote! {
-        ::core::option::Option::Some(move |__idem_vctx: #p::Ctx| async move {
-            let __idem_verdict: ::core::result::Result<#p::Verdict<#ok>, #err> = #head #tail;
-            __idem_verdict
+        ::core::option::Option::Some(move |#vctx: #p::Ctx| async move {
+            let #verdict: ::core::result::Result<#p::Verdict<#ok>, #err> = #call #arg #tail;
+            #verdict
         })
     }
 }
@@ -358,18 +473,34 @@ fn located(tokens: TokenStream, at: Span) -> TokenStream {
         .collect()
 }
 
-/// The parameter `ident`, resolved at the call site (as the user's own
-/// tokens are) but located at `at`. Both ends of an expression must share
-/// one expansion context for rustc to underline the range between them.
-fn at_call_site(ident: &Ident, at: Span) -> TokenStream {
+/// Tokens with mixed-site hygiene (the wrapper's locals'), reported at
+/// `at`. Paths in them still resolve at the call site.
+fn mixed(tokens: TokenStream, at: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut t| {
+            if let TokenTree::Group(g) = &t {
+                let mut inner = Group::new(g.delimiter(), mixed(g.stream(), at));
+                inner.set_span(Span::mixed_site().located_at(at));
+                t = TokenTree::Group(inner);
+            } else {
+                t.set_span(Span::mixed_site().located_at(at));
+            }
+            t
+        })
+        .collect()
+}
+
+/// The wrapper's local `ident`, reported at `at`.
+fn at(ident: &Ident, at: Span) -> TokenStream {
     let mut ident = ident.clone();
-    ident.set_span(Span::call_site().located_at(at));
+    ident.set_span(ident.span().located_at(at));
     ident.into_token_stream()
 }
 
 /// `( tokens )` with the parentheses located at `at`.
 fn paren(tokens: TokenStream, at: Span) -> TokenStream {
-    let mut g = Group::new(proc_macro2::Delimiter::Parenthesis, tokens);
+    let mut g = Group::new(Delimiter::Parenthesis, tokens);
     g.set_span(Span::call_site().located_at(at));
     TokenTree::Group(g).into()
 }

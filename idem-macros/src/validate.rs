@@ -47,6 +47,11 @@ const ARGS: &[&str] = &[
     "crate",
 ];
 
+/// Set by `#[tool]` on an `impl` block on each of its tool methods: the
+/// block's self type, which prefixes the default name. Not listed among the
+/// accepted arguments (users write `#[tool]` on the block instead).
+pub(crate) const IMPL_TYPE_ARG: &str = "__impl_type";
+
 const RETRY_ARGS: &[&str] = &[
     "max_attempts",
     "initial",
@@ -77,6 +82,21 @@ impl Class {
             .iter()
             .find(|(_, c)| *c == self)
             .map_or("", |(n, _)| n)
+    }
+
+    pub(crate) fn is_journaled(self) -> bool {
+        self != Class::ReadOnly
+    }
+
+    /// "a provider", "an at_most_once": for messages.
+    pub(crate) fn with_article(self) -> String {
+        let name = self.name();
+        let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
+        format!("{article} {name}")
     }
 }
 
@@ -126,6 +146,8 @@ pub(crate) struct Retry {
 /// The parts of the function the wrapper is built from.
 pub(crate) struct Shape {
     pub(crate) method: bool,
+    /// The `self` token of the receiver, for a method.
+    pub(crate) receiver: Option<Span>,
     pub(crate) ctx: Option<CtxParam>,
     pub(crate) params: Vec<Param>,
     /// `T` and `E` of the returned `Result<T, E>`.
@@ -143,6 +165,9 @@ pub(crate) struct Param {
     pub(crate) ident: Ident,
     pub(crate) mutable: bool,
     pub(crate) ty: Type,
+    /// The parameter's `#[cfg(...)]` attributes: every statement the
+    /// wrapper writes about it is configured like the parameter itself.
+    pub(crate) cfg: Vec<syn::Attribute>,
 }
 
 /// Collects errors instead of stopping at the first.
@@ -157,12 +182,18 @@ impl Errors {
         }
     }
 
-    fn at(&mut self, span: Span, msg: impl std::fmt::Display) {
+    pub(crate) fn at(&mut self, span: Span, msg: impl std::fmt::Display) {
         self.push(syn::Error::new(span, msg));
     }
 
-    fn on(&mut self, tokens: impl ToTokens, msg: impl std::fmt::Display) {
+    pub(crate) fn on(&mut self, tokens: impl ToTokens, msg: impl std::fmt::Display) {
         self.push(syn::Error::new_spanned(tokens, msg));
+    }
+
+    /// The collected errors; at least one must have been pushed.
+    pub(crate) fn into_error(self) -> syn::Error {
+        self.0
+            .unwrap_or_else(|| syn::Error::new(Span::call_site(), "invalid #[tool]"))
     }
 
     pub(crate) fn finish<T>(self, value: T) -> syn::Result<T> {
@@ -187,6 +218,7 @@ struct Raw {
     on_drift: Option<(Ident, Value)>,
     redact: Option<(Ident, Value)>,
     krate: Option<(Ident, Value)>,
+    impl_type: Option<(Ident, Value)>,
 }
 
 /// Checks the arguments against the function and builds the [`Tool`].
@@ -211,6 +243,7 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
             "on_drift" => &mut raw.on_drift,
             "redact" => &mut raw.redact,
             "crate" => &mut raw.krate,
+            IMPL_TYPE_ARG => &mut raw.impl_type,
             _ => {
                 suggested.extend(closest(&text, ARGS.iter().copied()));
                 errors.at(name.span(), unknown("argument", &text, ARGS, "#[tool]"));
@@ -245,8 +278,30 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         Some((name, value)) => class(name, value, &mut errors),
     };
 
+    let impl_type = raw
+        .impl_type
+        .as_ref()
+        .and_then(|(_, value)| value.as_str())
+        .map(|s| s.value());
+    let fn_name = item.sig.ident.unraw().to_string();
     let tool_name = match &raw.name {
-        None => item.sig.ident.unraw().to_string(),
+        None => match impl_type {
+            Some(ty) => format!("{ty}::{fn_name}"),
+            None if shape.method => {
+                errors.on(
+                    &item.sig.ident,
+                    format!(
+                        "a method tool needs a name that includes its type: two types with a \
+                         `{fn_name}` tool would otherwise be one tool and share keys, and the \
+                         attribute on a method cannot see its type; write name = \
+                         \"Type::{fn_name}\", or put #[idem::tool] on the `impl` block, which \
+                         names its tools `Type::method`"
+                    ),
+                );
+                String::new()
+            }
+            None => fn_name,
+        },
         Some((name, value)) => match value.as_str() {
             Some(s) if !s.value().trim().is_empty() => s.value(),
             Some(s) => {
@@ -344,7 +399,7 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
     // Rules that depend on the class; skipped when the class itself is in
     // error, so one mistake does not cascade into several.
     if let Some(class) = class {
-        let cname = class.name();
+        let a_cname = class.with_article();
         match (&raw.key, class) {
             (Some((name, _)), Class::ReadOnly) => errors.at(
                 name.span(),
@@ -358,7 +413,7 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
                 errors.at(
                     Span::call_site(),
                     format!(
-                        "missing `key`: a {cname} tool needs the parameters that identify one \
+                        "missing `key`: {a_cname} tool needs the parameters that identify one \
                      real-world operation, e.g. key = \"order_id\" (they derive the idempotency \
                      key, identical on every attempt and after a restart)"
                     ),
@@ -390,12 +445,43 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
             }
             _ => {}
         }
+        // A journal tool's recovery asks `verify` about an attempt nobody
+        // drives any more only once that attempt can no longer land: its
+        // start, plus its timeout, plus the backoff. Without a timeout no
+        // such moment exists (the request may still be inside the provider
+        // when the question is asked), so the answer "not landed" would not
+        // license a re-run. With verify = "none" nothing is asked.
+        if class == Class::Journal
+            && matches!(verify, Some(Verify::Path(_)))
+            && raw.timeout.is_none()
+            && !suggested.contains(&"timeout")
+        {
+            let at = raw
+                .verify
+                .as_ref()
+                .map_or(Span::call_site(), |(name, _)| name.span());
+            errors.at(
+                at,
+                "missing `timeout`: a journal tool must bound how long one attempt may take \
+                 (timeout = \"30s\"): when a process dies mid-call, recovery asks `verify` only \
+                 after the dead attempt's timeout and backoff, once its request can no longer \
+                 land; without a bound, verify could hear \"not landed\" just before the request \
+                 lands, and the call would run twice",
+            );
+        }
         if let (Some((name, _)), true) = (&raw.dedupe_window, class != Class::Provider) {
             errors.at(
                 name.span(),
                 format!(
                     "`dedupe_window` applies only to class = \"provider\" (how long the provider \
-                     remembers our keys); a {cname} tool is deduplicated by idem's journal"
+                     remembers our keys); {}",
+                    if class == Class::ReadOnly {
+                        "a read_only tool is never deduplicated: a retry of it duplicates nothing"
+                    } else if class == Class::Journal {
+                        "a journal tool is deduplicated by idem's journal"
+                    } else {
+                        "an at_most_once tool is deduplicated by idem's journal"
+                    }
                 ),
             );
         }
@@ -423,6 +509,18 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         }
         if class == Class::Provider {
             check_window(&raw, retry.as_ref(), dedupe_window, &mut errors);
+        }
+        if let (Some(ok), true) = (&shape.ok, class.is_journaled()) {
+            if contains_impl_trait(ok) {
+                errors.on(
+                    ok,
+                    format!(
+                        "{a_cname} tool stores its result in the journal and replays it, so the \
+                         result type must be a concrete type (Serialize + DeserializeOwned), not \
+                         `impl Trait`; only a read_only tool may return `impl Trait`"
+                    ),
+                );
+            }
         }
     }
 
@@ -760,12 +858,18 @@ fn retry(name: &Ident, value: &Value, errors: &mut Errors) -> Option<Retry> {
     ok.then_some(policy)
 }
 
-/// The entries of a comma-separated list literal, trimmed.
+/// The entries of a comma-separated list literal, trimmed. One trailing
+/// comma is accepted, as in Rust lists (`"a, b,"`).
 fn entries(lit: &LitStr) -> Vec<String> {
-    lit.value()
+    let mut list: Vec<String> = lit
+        .value()
         .split(',')
         .map(|s| s.trim().to_string())
-        .collect()
+        .collect();
+    if list.len() > 1 && list.last().is_some_and(String::is_empty) {
+        list.pop();
+    }
+    list
 }
 
 fn param_list(shape: &Shape) -> String {
@@ -861,6 +965,17 @@ fn key_fields(lit: &LitStr, shape: &Shape, item: &ItemFn, errors: &mut Errors) -
             );
             continue;
         };
+        if !shape.params[param].cfg.is_empty() {
+            errors.on(
+                lit,
+                format!(
+                    "`{root}` in `key` is a `#[cfg(...)]` parameter: the key would differ between \
+                     builds, and one operation run by two builds would not be deduplicated; key \
+                     only on parameters every build has"
+                ),
+            );
+            continue;
+        }
         let mut members = Vec::new();
         let mut bad = false;
         for seg in segments {
@@ -966,6 +1081,7 @@ fn check_fn(item: &ItemFn, errors: &mut Errors) -> Shape {
 
     let mut shape = Shape {
         method: false,
+        receiver: None,
         ctx: None,
         params: Vec::new(),
         ok: None,
@@ -974,6 +1090,7 @@ fn check_fn(item: &ItemFn, errors: &mut Errors) -> Shape {
     let mut inputs = sig.inputs.iter().enumerate().peekable();
     if let Some((_, FnArg::Receiver(r))) = inputs.peek() {
         shape.method = true;
+        shape.receiver = Some(r.self_token.span);
         match &*r.ty {
             Type::Reference(t) if t.mutability.is_none() => {}
             Type::Reference(_) => errors.on(
@@ -985,7 +1102,8 @@ fn check_fn(item: &ItemFn, errors: &mut Errors) -> Shape {
             _ => errors.on(
                 r,
                 "#[tool] methods take `&self`: the body runs once per attempt, so it cannot \
-                 consume or box `self`",
+                 consume or box `self`; `self: &Arc<Self>` works where the body needs the `Arc` \
+                 (to clone it into a task)",
             ),
         }
         inputs.next();
@@ -1044,6 +1162,7 @@ fn check_fn(item: &ItemFn, errors: &mut Errors) -> Shape {
                             ident: p.ident.clone(),
                             mutable: p.mutability.is_some(),
                             ty: ty.clone(),
+                            cfg: cfg_attrs(&pt.attrs),
                         });
                     }
                     let pat = pt.pat.to_token_stream();
@@ -1070,6 +1189,7 @@ fn check_fn(item: &ItemFn, errors: &mut Errors) -> Shape {
                 ident: p.ident.clone(),
                 mutable: p.mutability.is_some(),
                 ty: (*pt.ty).clone(),
+                cfg: cfg_attrs(&pt.attrs),
             }),
             other => errors.on(
                 other,
@@ -1087,6 +1207,14 @@ fn check_fn(item: &ItemFn, errors: &mut Errors) -> Shape {
         ),
         syn::ReturnType::Type(_, ty) => match result_args(ty) {
             Some((ok, err)) => {
+                if contains_impl_trait(err) {
+                    errors.on(
+                        err,
+                        "the error type of a #[tool] cannot be `impl Trait`: the wrapper \
+                         classifies it and returns it inside `ToolError<E>`, so it needs a \
+                         name; write the concrete type",
+                    );
+                }
                 shape.ok = Some(ok.clone());
                 shape.err = Some(err.clone());
             }
@@ -1108,6 +1236,63 @@ fn check_fn(item: &ItemFn, errors: &mut Errors) -> Shape {
         },
     }
     shape
+}
+
+/// The `#[cfg(...)]` attributes among a parameter's attributes.
+fn cfg_attrs(attrs: &[syn::Attribute]) -> Vec<syn::Attribute> {
+    attrs
+        .iter()
+        .filter(|a| a.path().is_ident("cfg"))
+        .cloned()
+        .collect()
+}
+
+/// Whether `ty` mentions `impl Trait` anywhere.
+pub(crate) fn contains_impl_trait(ty: &Type) -> bool {
+    fn tokens(ts: TokenStream) -> bool {
+        ts.into_iter().any(|t| match t {
+            proc_macro2::TokenTree::Ident(i) => i == "impl",
+            proc_macro2::TokenTree::Group(g) => tokens(g.stream()),
+            _ => false,
+        })
+    }
+    tokens(ty.to_token_stream())
+}
+
+/// `ty` with every `impl Trait` replaced by `_`, for a type annotation
+/// inside the wrapper (where `impl Trait` is not allowed) that leaves the
+/// hidden type to inference.
+pub(crate) fn impl_trait_as_infer(ty: &Type) -> Type {
+    fn walk(ty: &mut Type) {
+        match ty {
+            Type::ImplTrait(_) => *ty = syn::parse_quote!(_),
+            Type::Array(a) => walk(&mut a.elem),
+            Type::Group(g) => walk(&mut g.elem),
+            Type::Paren(p) => walk(&mut p.elem),
+            Type::Ptr(p) => walk(&mut p.elem),
+            Type::Reference(r) => walk(&mut r.elem),
+            Type::Slice(s) => walk(&mut s.elem),
+            Type::Tuple(t) => t.elems.iter_mut().for_each(walk),
+            Type::Path(p) => {
+                if let Some(q) = &mut p.qself {
+                    walk(&mut q.ty);
+                }
+                for seg in &mut p.path.segments {
+                    if let PathArguments::AngleBracketed(args) = &mut seg.arguments {
+                        for arg in &mut args.args {
+                            if let GenericArgument::Type(t) = arg {
+                                walk(t);
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut ty = ty.clone();
+    walk(&mut ty);
+    ty
 }
 
 fn last_segment_is(ty: &Type, name: &str) -> bool {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::Error;
 use crate::retry::RetryPolicy;
 
 /// What a retry of a tool can do to the real world, and therefore how the
@@ -138,26 +139,78 @@ pub fn tools() -> impl Iterator<Item = &'static ToolDescriptor> {
     inventory::iter::<RegisteredTool>.into_iter().map(|r| r.0)
 }
 
-/// Refuses two tools of one name in this binary: they would share keys, and
-/// one would replay the other's results.
-pub(crate) fn check_unique_names() -> Result<(), crate::Error> {
-    let mut seen: std::collections::HashMap<&'static str, &'static ToolDescriptor> =
-        std::collections::HashMap::new();
-    let site = |t: &ToolDescriptor| format!("{} ({}:{})", t.module_path, t.file, t.line);
-    for t in tools() {
-        if let Some(first) = seen.insert(t.name, t) {
-            if !std::ptr::eq(first, t) {
-                let (mut a, mut b) = (site(first), site(t));
-                if b < a {
-                    std::mem::swap(&mut a, &mut b);
-                }
-                return Err(crate::Error::DuplicateTool {
-                    name: t.name.to_string(),
-                    first: a,
-                    second: b,
-                });
-            }
+/// Refuses two tools of one name in this binary. A tool's name is part of
+/// every key, so two tools sharing one (`a::send` and `b::send`, both keyed
+/// on `id`) would share keys: the second would replay the first's result
+/// without running. `#[tool]` makes such a binary fail to link; this check
+/// catches what gets past that (hand-registered descriptors, exotic
+/// builds) before any call is made.
+pub(crate) fn check_unique_names() -> Result<(), Error> {
+    unique_names(tools())
+}
+
+fn unique_names<'a>(tools: impl Iterator<Item = &'a ToolDescriptor>) -> Result<(), Error> {
+    let mut all: Vec<&ToolDescriptor> = tools.collect();
+    // Sorted by name, then by place: the error names the same pair, in the
+    // same order, on every run.
+    all.sort_by_key(|t| (t.name, t.module_path, t.file, t.line));
+    let place = |t: &ToolDescriptor| format!("{} ({}:{})", t.module_path, t.file, t.line);
+    for pair in all.windows(2) {
+        let (first, second) = (pair[0], pair[1]);
+        if first.name == second.name && !std::ptr::eq(first, second) {
+            return Err(Error::DuplicateTool {
+                name: first.name.to_string(),
+                first: place(first),
+                second: place(second),
+            });
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(name: &'static str, module_path: &'static str, line: u32) -> ToolDescriptor {
+        ToolDescriptor {
+            module_path,
+            file: "src/lib.rs",
+            line,
+            ..ToolDescriptor::new(name, Class::Provider)
+        }
+    }
+
+    #[test]
+    fn two_tools_of_one_name_are_refused_naming_both() {
+        let tools = [
+            at("b::send", "app::b", 9),
+            at("send", "app::sms", 30),
+            at("charge", "app", 1),
+            at("send", "app::mail", 12),
+        ];
+        let err = unique_names(tools.iter()).unwrap_err();
+        let Error::DuplicateTool {
+            name,
+            first,
+            second,
+        } = &err
+        else {
+            panic!("{err:?}");
+        };
+        assert_eq!(name, "send");
+        assert_eq!(first, "app::mail (src/lib.rs:12)");
+        assert_eq!(second, "app::sms (src/lib.rs:30)");
+        let text = err.to_string();
+        assert!(text.contains("\"send\""), "{text}");
+        assert!(text.contains("app::mail (src/lib.rs:12)"), "{text}");
+        assert!(text.contains("app::sms (src/lib.rs:30)"), "{text}");
+    }
+
+    #[test]
+    fn distinct_names_pass() {
+        let tools = [at("Mailer::send", "app", 1), at("Sms::send", "app", 2)];
+        unique_names(tools.iter()).unwrap();
+        unique_names(std::iter::empty()).unwrap();
+    }
 }

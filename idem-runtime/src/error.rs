@@ -116,16 +116,6 @@ pub enum Error {
         /// The decode error.
         detail: String,
     },
-    /// Two tools in this program have the same name: they would share keys.
-    #[error("two tools are named `{name}`: {first} and {second}; tool names are part of every key, so give one of them `name = \"...\"`")]
-    DuplicateTool {
-        /// The shared name.
-        name: String,
-        /// One tool (`module (file:line)`).
-        first: String,
-        /// The other.
-        second: String,
-    },
     /// A stored record could not be decoded. It is never treated as absent.
     #[error("corrupt {what} in journal {location} at key {key}: {detail}")]
     Corrupt {
@@ -195,6 +185,23 @@ pub enum Error {
         key: String,
         /// Why.
         reason: String,
+    },
+    /// Two tools in this binary have one name, so they would share keys
+    /// (the second would replay the first's results); no runtime opens
+    /// until one of them is renamed.
+    #[error(
+        "two tools are named \"{name}\": {first} and {second}; a tool's name is part of every \
+         key, so they would share keys and one would replay the other's results; give one of \
+         them another `name` (a method tool: `#[idem::tool]` on its `impl` block names it \
+         `Type::method`)"
+    )]
+    DuplicateTool {
+        /// The name both tools have.
+        name: String,
+        /// One tool, as `module_path (file:line)`.
+        first: String,
+        /// The other, the same way.
+        second: String,
     },
     /// `Ctx::idempotency_key` or a journaled call was used without a runtime
     /// able to serve it.

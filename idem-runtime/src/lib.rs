@@ -207,6 +207,22 @@ pub mod __private {
         }
     }
 
+    /// What a `verify` function returns: a future (it must be an `async fn`).
+    #[diagnostic::on_unimplemented(
+        message = "`verify` must be an `async fn`: its call returns `{Self}`, which is not a future",
+        label = "the `verify` function is not `async`",
+        note = "write `async fn landed(ctx: &Ctx) -> Result<Verdict<T>, E>` (in a method tool, `async fn landed(&self, ctx: &Ctx)`), with the tool's own `T` and `E`"
+    )]
+    pub trait VerifyFuture: std::future::Future {}
+
+    impl<F: std::future::Future> VerifyFuture for F {}
+
+    /// Spans a `verify` function that is not `async` on its path. (rustc
+    /// repeats the unmet bound, in its own words, at the `.await`.)
+    pub fn verify_future<F: VerifyFuture>(future: F) -> F {
+        future
+    }
+
     /// The key of a call, for code that needs it outside the engine.
     pub fn key_of(key: &IdemKey) -> &str {
         key.as_str()

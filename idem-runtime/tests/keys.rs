@@ -2,6 +2,20 @@
 //! part of the contract with every provider that stored our keys and every
 //! journal on disk; if one of these changes, every key ever issued changes.
 //! Such a change must bump `KEY_VERSION` and these vectors together.
+//!
+//! These go through the runtime's key builder; tests/key_vectors.rs of the
+//! `idem` crate pins the same derivation through `#[tool]` calls (what the
+//! attribute feeds the builder). Both sets of literals were computed by an
+//! independent implementation of the layout in the module docs of
+//! src/key.rs, the `idem` crate's tests/key_vectors.py (Python 3, standard
+//! library only). To check them again, from the workspace root:
+//!
+//! ```text
+//! python3 tests/key_vectors.py
+//! ```
+//!
+//! Its `keys.rs/N` lines are the vectors of `golden_vectors` in order, its
+//! `bytes/...` lines those of `golden_canonical_bytes`.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -13,7 +13,7 @@ async fn email_landed(_ctx: &Ctx) -> Result<Verdict<String>, MailError> {
     Ok(Verdict::Unknown)
 }
 
-#[tool(class = "journal", key = "to", verify = email_landed)]
+#[tool(class = "journal", timeout = "30s", key = "to", verify = email_landed)]
 async fn send_email(ctx: &Ctx, to: String) -> Result<u64, MailError> {
     let _ = (ctx, to);
     Ok(1)
