@@ -906,6 +906,43 @@ mod tests {
     }
 
     #[test]
+    fn a_flush_cancelled_by_a_runtime_shutdown_still_answers_and_closing_returns() {
+        // A barrier started in the context of a runtime that is shutting
+        // down: tokio refuses the blocking task and drops it unrun (what a
+        // call in flight at shutdown can meet). The flusher must still run.
+        let dir = tempfile::TempDir::new().unwrap();
+        let journal = Arc::new(SledJournal::open(dir.path()).unwrap());
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let handle = tokio.handle().clone();
+        tokio.shutdown_background();
+        {
+            let _inside = handle.enter();
+            let mut write = journal.write(put(Expect::Absent, b"v", &[]));
+            let waker = std::task::Waker::noop();
+            let _ = write
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(waker));
+        }
+        // Whatever became of the refused flusher, a barrier here and the
+        // journal's close return, and the next handle finds the write.
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = journal.sync_blocking();
+            drop(journal);
+            let _ = done.send(());
+        });
+        finished
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the journal wedged after its runtime shut down");
+        let j = SledJournal::open(dir.path()).unwrap();
+        assert_eq!(block(j.load(Space::Ops, &K)).unwrap().unwrap().body, b"v");
+    }
+
+    #[test]
     fn the_directory_and_its_files_are_the_owners_alone() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::TempDir::new().unwrap();

@@ -22,6 +22,16 @@ pub enum TestError {
     Declined,
 }
 
+impl std::fmt::Display for TestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TestError::Refused => "the provider refused the connection",
+            TestError::Timeout => "the provider did not answer in time",
+            TestError::Declined => "the provider declined the request",
+        })
+    }
+}
+
 impl Classify for TestError {
     fn classify(&self) -> Failure {
         match self {
@@ -70,12 +80,22 @@ struct ProviderState {
     /// Every request received: (key, attempt).
     requests: Vec<(String, u32)>,
     log: Option<Arc<Mutex<Vec<String>>>>,
+    /// How long each request takes before the provider acts on it.
+    delay: Duration,
 }
 
 impl Provider {
     pub fn new(script: &[Step]) -> Self {
         let p = Provider::default();
         p.inner.lock().unwrap().script = script.iter().copied().collect();
+        p
+    }
+
+    /// A provider that takes `delay` (tokio time) before acting on each
+    /// request, so that concurrent callers really overlap.
+    pub fn slow(script: &[Step], delay: Duration) -> Self {
+        let p = Provider::new(script);
+        p.inner.lock().unwrap().delay = delay;
         p
     }
 
@@ -139,6 +159,10 @@ impl Provider {
         attempt: u32,
         payload: &str,
     ) -> (Result<String, TestError>, bool) {
+        let delay = self.inner.lock().unwrap().delay;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         let step = {
             let mut s = self.inner.lock().unwrap();
             s.requests.push((key.clone(), attempt));
