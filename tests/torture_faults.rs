@@ -271,7 +271,13 @@ async fn corrupt_records_are_errors_and_never_reach_the_provider() {
     let mut rng = SplitMix64::new(seed);
     let providers = Providers::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let rt = Runtime::open(dir.path()).unwrap();
+    // Without the replay cache: the damaged record is what the next call
+    // reads (a process that remembers the result would replay it).
+    let rt = Runtime::builder()
+        .path(dir.path())
+        .replay_cache(0)
+        .open()
+        .unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
     let shop = logging_shop(&providers, log.clone());
     for tool in EFFECT_TOOLS {

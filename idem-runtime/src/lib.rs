@@ -20,6 +20,7 @@ mod failure;
 pub mod journal;
 mod key;
 mod record;
+mod replays;
 mod retry;
 mod runtime;
 

@@ -78,6 +78,8 @@ pub(crate) struct Shared {
     /// `#[tool]` (hand-built descriptors), by name: what operators may need
     /// to check a resolution against.
     pub(crate) called: std::sync::Mutex<std::collections::HashMap<&'static str, Called>>,
+    /// Committed results seen by this runtime (a replay without a read).
+    pub(crate) replays: crate::replays::Replays,
 }
 
 /// A tool seen making a call, with the result check its call carried.
@@ -138,6 +140,7 @@ pub struct RuntimeBuilder {
     in_flight_wait: Duration,
     retention: Duration,
     worker_id: Option<String>,
+    replay_cache: usize,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -148,6 +151,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("in_flight_wait", &self.in_flight_wait)
             .field("retention", &self.retention)
             .field("worker_id", &self.worker_id)
+            .field("replay_cache", &self.replay_cache)
             .finish()
     }
 }
@@ -216,6 +220,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How many committed results the runtime keeps in memory to replay
+    /// them without reading the journal (default 4096; 0: none). Only
+    /// results committed by a call or found by `verify` are kept: they
+    /// never change.
+    pub fn replay_cache(mut self, results: usize) -> Self {
+        self.replay_cache = results;
+        self
+    }
+
     /// Opens the journal and starts the runtime.
     pub fn open(self) -> Result<Runtime, Error> {
         class::check_unique_names()?;
@@ -250,6 +263,7 @@ impl RuntimeBuilder {
                 retention: self.retention,
                 renewer: std::sync::Mutex::new(None),
                 called: std::sync::Mutex::new(std::collections::HashMap::new()),
+                replays: crate::replays::Replays::with_capacity(self.replay_cache),
             }),
         };
         rt.start_renewer();
@@ -303,6 +317,7 @@ impl Runtime {
             in_flight_wait: Duration::from_secs(30),
             retention: Duration::from_secs(7 * 24 * 3600),
             worker_id: None,
+            replay_cache: crate::replays::CAPACITY,
         }
     }
 
