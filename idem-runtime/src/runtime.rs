@@ -78,6 +78,9 @@ pub(crate) struct Shared {
     /// `#[tool]` (hand-built descriptors), by name: what operators may need
     /// to check a resolution against.
     pub(crate) called: std::sync::Mutex<std::collections::HashMap<&'static str, Called>>,
+    /// The admin API server, while this runtime serves one.
+    #[cfg(feature = "admin")]
+    pub(crate) admin: std::sync::Mutex<Option<crate::admin::Running>>,
 }
 
 /// A tool seen making a call, with the result check its call carried.
@@ -123,6 +126,10 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        // First, while the journal is still held: stop serving and remove
+        // the address file, so it never names a process that is gone.
+        #[cfg(feature = "admin")]
+        drop(self.admin.get_mut().ok().and_then(Option::take));
         if let Some(task) = self.renewer.get_mut().ok().and_then(Option::take) {
             task.abort();
         }
@@ -138,6 +145,8 @@ pub struct RuntimeBuilder {
     in_flight_wait: Duration,
     retention: Duration,
     worker_id: Option<String>,
+    #[cfg(feature = "admin")]
+    pub(crate) admin: Option<crate::admin::AdminOptions>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -219,6 +228,16 @@ impl RuntimeBuilder {
     /// Opens the journal and starts the runtime.
     pub fn open(self) -> Result<Runtime, Error> {
         class::check_unique_names()?;
+        // Refused before the journal is touched.
+        #[cfg(feature = "admin")]
+        let admin = match self.admin {
+            Some(options) => {
+                crate::admin::require_tokio()?;
+                let dir = crate::admin::files_dir(&options, self.path.as_deref())?;
+                Some((options, dir))
+            }
+            None => None,
+        };
         let journal: Arc<dyn Journal> = match (self.journal, self.path) {
             (Some(j), _) => j,
             (None, Some(p)) => Arc::new(SledJournal::open_with(p, &self.sled)?),
@@ -250,9 +269,16 @@ impl RuntimeBuilder {
                 retention: self.retention,
                 renewer: std::sync::Mutex::new(None),
                 called: std::sync::Mutex::new(std::collections::HashMap::new()),
+                #[cfg(feature = "admin")]
+                admin: std::sync::Mutex::new(None),
             }),
         };
         rt.start_renewer();
+        #[cfg(feature = "admin")]
+        if let Some((options, dir)) = admin {
+            let running = crate::admin::start(&rt.shared, options, &dir)?;
+            *rt.shared.admin.lock().unwrap_or_else(|p| p.into_inner()) = Some(running);
+        }
         Ok(rt)
     }
 }
@@ -303,6 +329,8 @@ impl Runtime {
             in_flight_wait: Duration::from_secs(30),
             retention: Duration::from_secs(7 * 24 * 3600),
             worker_id: None,
+            #[cfg(feature = "admin")]
+            admin: None,
         }
     }
 
