@@ -56,10 +56,11 @@ impl Backend {
         }
         let address = AddressFile::read(dir).map_err(|e| CliError::unreachable(e.to_string()))?;
         if let Some(address) = &address {
-            let token = Client::token_for(dir)?;
-            let client = Client::new(address.url.clone(), token)?;
-            if client.is_instance(&address.instance).await {
-                return Ok(Backend::Remote(client));
+            // Who answers there first (no token needed), then the token.
+            let probe = Client::new(address.url.clone(), "")?;
+            if probe.is_instance(&address.instance).await {
+                let token = Client::token_for(dir)?;
+                return Ok(Backend::Remote(Client::new(address.url.clone(), token)?));
             }
             // The process that wrote it is gone (or something else listens
             // there now): the journal may be free.
