@@ -32,7 +32,13 @@ Errors go to stderr (as JSON with --json).";
 #[command(name = "idem", version, after_help = AFTER_HELP)]
 pub struct Cli {
     /// The journal directory.
-    #[arg(long, short = 'j', value_name = "DIR", env = "IDEM_JOURNAL", global = true)]
+    #[arg(
+        long,
+        short = 'j',
+        value_name = "DIR",
+        env = "IDEM_JOURNAL",
+        global = true
+    )]
     pub journal: Option<PathBuf>,
 
     /// The URL of a running process's admin API, instead of --journal.

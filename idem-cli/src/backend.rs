@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use idem_runtime::admin::{AddressFile, OperationView, PruneView, ResolveRequest, Resolved, StatsView, ToolInfo};
+use idem_runtime::admin::{
+    AddressFile, OperationView, PruneView, ResolveRequest, Resolved, StatsView, ToolInfo,
+};
 use idem_runtime::{AuditEvent, Escalation, IdemKey, Runtime};
 
 use crate::client::Client;
@@ -37,7 +39,10 @@ impl Backend {
     /// when no process holds it.
     /// `keep`: the retention to open the journal with, if it is opened
     /// directly (for `prune`).
-    pub async fn discover(dir: &Path, keep: Option<std::time::Duration>) -> Result<Backend, CliError> {
+    pub async fn discover(
+        dir: &Path,
+        keep: Option<std::time::Duration>,
+    ) -> Result<Backend, CliError> {
         match std::fs::read_dir(dir) {
             Ok(mut entries) => {
                 if entries.next().is_none() {
@@ -84,7 +89,10 @@ impl Backend {
                 "journal in use: {} is held by a process that does not serve the admin API{}",
                 dir.display(),
                 match &address {
-                    Some(a) => format!(" (its address file names {}, which does not answer as that process)", a.url),
+                    Some(a) => format!(
+                        " (its address file names {}, which does not answer as that process)",
+                        a.url
+                    ),
                     None => " (there is no idem-admin-addr in the directory)".into(),
                 }
             ))
@@ -171,7 +179,9 @@ impl Backend {
                     .operation(&key)
                     .await
                     .map_err(|e| CliError::runtime(&e))?
-                    .ok_or_else(|| CliError::new(exit::REFUSED, "unknown_key", "the operation vanished"))?;
+                    .ok_or_else(|| {
+                        CliError::new(exit::REFUSED, "unknown_key", "the operation vanished")
+                    })?;
                 Ok(Resolved {
                     key: operation.key.to_string(),
                     resolution: request.resolution.clone(),
@@ -204,7 +214,9 @@ impl Backend {
                     return Ok(());
                 }
                 let mut next: u64 = from.parse().map_err(|_| {
-                    CliError::usage(format!("--from {from:?}: expected a sequence number or `end`"))
+                    CliError::usage(format!(
+                        "--from {from:?}: expected a sequence number or `end`"
+                    ))
                 })?;
                 rt.sync().await.map_err(|e| CliError::runtime(&e))?;
                 let mut left = limit.unwrap_or(u64::MAX);

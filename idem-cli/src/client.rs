@@ -80,7 +80,11 @@ impl Client {
         };
         serde_json::from_slice::<serde_json::Value>(&bytes)
             .ok()
-            .and_then(|v| v.get("instance").and_then(|i| i.as_str()).map(str::to_string))
+            .and_then(|v| {
+                v.get("instance")
+                    .and_then(|i| i.as_str())
+                    .map(str::to_string)
+            })
             .is_some_and(|i| i == instance)
     }
 
@@ -177,7 +181,8 @@ impl Client {
     }
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
-        self.send(self.http.get(format!("{}{path}", self.url))).await
+        self.send(self.http.get(format!("{}{path}", self.url)))
+            .await
     }
 
     async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Result<T, CliError> {
@@ -195,7 +200,10 @@ impl Client {
             CliError::new(
                 exit::REFUSED,
                 "protocol",
-                format!("the admin API at {} answered something unexpected: {e}", self.url),
+                format!(
+                    "the admin API at {} answered something unexpected: {e}",
+                    self.url
+                ),
             )
         })
     }
@@ -211,7 +219,10 @@ impl Client {
             error: "http".into(),
             message: format!(
                 "{status}: {}",
-                String::from_utf8_lossy(&bytes).chars().take(500).collect::<String>()
+                String::from_utf8_lossy(&bytes)
+                    .chars()
+                    .take(500)
+                    .collect::<String>()
             ),
         });
         let code = match status.as_u16() {

@@ -89,9 +89,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     };
     let backend = match (&cli.url, &cli.journal) {
         (Some(_), Some(_)) => {
-            return Err(CliError::usage(
-                "give --journal DIR or --url URL, not both",
-            ))
+            return Err(CliError::usage("give --journal DIR or --url URL, not both"))
         }
         (Some(url), None) => {
             let token = std::env::var(idem_runtime::admin::TOKEN_ENV).map_err(|_| {
@@ -201,10 +199,12 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
 /// so a typo is reported before anything is sent.
 fn resolution(how: &How) -> Result<Resolution, CliError> {
     let parse = |text: &str, from: &str| {
-        serde_json::from_str::<serde_json::Value>(text).map(|v| Resolution::Landed(Some(v))).map_err(|e| {
-            CliError::usage(format!("{from} is not JSON: {e}"))
-                .hint("quote it for the shell, e.g. --landed '{\"id\": \"wire_42\"}'")
-        })
+        serde_json::from_str::<serde_json::Value>(text)
+            .map(|v| Resolution::Landed(Some(v)))
+            .map_err(|e| {
+                CliError::usage(format!("{from} is not JSON: {e}"))
+                    .hint("quote it for the shell, e.g. --landed '{\"id\": \"wire_42\"}'")
+            })
     };
     if let Some(text) = &how.landed {
         return parse(text, "--landed");
@@ -271,7 +271,10 @@ mod tests {
 
     #[test]
     fn durations_parse_with_a_unit_only() {
-        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(7 * 86_400));
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86_400)
+        );
         assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
         assert!(parse_duration("7").is_err());
         assert!(parse_duration("d").is_err());

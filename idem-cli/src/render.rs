@@ -99,7 +99,10 @@ pub fn tools(tools: &[ToolInfo]) -> String {
             t.verify.as_deref().unwrap_or("-"),
         );
     }
-    let examples: Vec<&ToolInfo> = tools.iter().filter(|t| t.example_result.is_some()).collect();
+    let examples: Vec<&ToolInfo> = tools
+        .iter()
+        .filter(|t| t.example_result.is_some())
+        .collect();
     if !examples.is_empty() {
         out.push_str("\nlatest committed result per tool (the shape a --landed result takes):\n");
         for t in examples {

@@ -27,7 +27,10 @@ async fn every_subcommand_against_a_running_worker() {
     assert_eq!(e["class"], "at_most_once");
     assert_eq!(e["args"]["amount"], 1999);
     assert_eq!(e["attempts"], 1);
-    assert!(e["last_error"].as_str().unwrap().contains("connection"), "{e}");
+    assert!(
+        e["last_error"].as_str().unwrap().contains("connection"),
+        "{e}"
+    );
     assert!(e["escalated_ms"].as_u64().unwrap() >= e["first_attempt_ms"].as_u64().unwrap());
     let table = idem(&dir, &["escalations"]).await;
     for needle in [
@@ -40,7 +43,11 @@ async fn every_subcommand_against_a_running_worker() {
         "escalated",
         "reason",
     ] {
-        assert!(table.ok().contains(needle), "{needle:?} missing:\n{}", table.stdout);
+        assert!(
+            table.ok().contains(needle),
+            "{needle:?} missing:\n{}",
+            table.stdout
+        );
     }
 
     // tools: the descriptor, and the latest committed result as the shape
@@ -65,7 +72,12 @@ async fn every_subcommand_against_a_running_worker() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| e["kind"].as_object().map_or_else(|| e["kind"].to_string(), |o| o.keys().next().unwrap().clone()))
+        .map(|e| {
+            e["kind"].as_object().map_or_else(
+                || e["kind"].to_string(),
+                |o| o.keys().next().unwrap().clone(),
+            )
+        })
         .collect();
     assert!(kinds.contains(&"intent".to_string()), "{kinds:?}");
     assert!(kinds.contains(&"escalated".to_string()), "{kinds:?}");
@@ -88,33 +100,66 @@ async fn every_subcommand_against_a_running_worker() {
     // A malformed resolution: a result that is not a WireReceipt.
     let refused = idem(
         &dir,
-        &["--json", "resolve", &key, "--landed", r#"{"id": 5}"#, "--note", "seen"],
+        &[
+            "--json",
+            "resolve",
+            &key,
+            "--landed",
+            r#"{"id": 5}"#,
+            "--note",
+            "seen",
+        ],
     )
     .await;
     let err = refused.json_error(1);
     assert_eq!(err["error"], "result_type");
-    assert!(err["message"].as_str().unwrap().contains("nothing was written"), "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("nothing was written"),
+        "{err}"
+    );
     // Not JSON at all: refused before anything is sent.
-    let refused = idem(&dir, &["resolve", &key, "--landed", "{id: 5", "--note", "seen"]).await;
+    let refused = idem(
+        &dir,
+        &["resolve", &key, "--landed", "{id: 5", "--note", "seen"],
+    )
+    .await;
     assert_eq!(refused.code, 2, "{refused:?}");
     assert!(refused.stderr.contains("is not JSON"), "{refused:?}");
     // No note, a blank note, two resolutions at once.
     assert_eq!(idem(&dir, &["resolve", &key, "--reissue"]).await.code, 2);
     assert_eq!(
-        idem(&dir, &["resolve", &key, "--reissue", "--note", "  "]).await.code,
+        idem(&dir, &["resolve", &key, "--reissue", "--note", "  "])
+            .await
+            .code,
         2
     );
     assert_eq!(
-        idem(&dir, &["resolve", &key, "--reissue", "--abandon", "--note", "x"]).await.code,
+        idem(
+            &dir,
+            &["resolve", &key, "--reissue", "--abandon", "--note", "x"]
+        )
+        .await
+        .code,
         2
     );
     // A key that names nothing, a key that is not one.
     let unknown = format!("send_wire-{}-g0", "0".repeat(64));
-    let err = idem(&dir, &["--json", "show", &unknown]).await.json_error(1);
+    let err = idem(&dir, &["--json", "show", &unknown])
+        .await
+        .json_error(1);
     assert_eq!(err["error"], "unknown_key");
-    let err = idem(&dir, &["--json", "show", "nonsense"]).await.json_error(1);
+    let err = idem(&dir, &["--json", "show", "nonsense"])
+        .await
+        .json_error(1);
     assert_eq!(err["error"], "bad_key");
-    assert_eq!(worker.events().await, before, "a refused request wrote something");
+    assert_eq!(
+        worker.events().await,
+        before,
+        "a refused request wrote something"
+    );
     assert_eq!(worker.operator_events().await, 0);
 
     // The right answer, from a file: the bank statement's wire.
@@ -154,7 +199,14 @@ async fn every_subcommand_against_a_running_worker() {
         .unwrap();
     let err = idem(
         &dir,
-        &["--json", "resolve", &committed_by_call, "--abandon", "--note", "x"],
+        &[
+            "--json",
+            "resolve",
+            &committed_by_call,
+            "--abandon",
+            "--note",
+            "x",
+        ],
     )
     .await
     .json_error(1);
@@ -170,11 +222,15 @@ async fn every_subcommand_against_a_running_worker() {
     assert_eq!(events.len(), worker.events().await);
     assert!(events
         .iter()
-        .any(|e| e["agent"] == "operator" && e["kind"]["resolved"]["note"] == "on the bank statement"));
+        .any(|e| e["agent"] == "operator"
+            && e["kind"]["resolved"]["note"] == "on the bank statement"));
     let from = events[3]["seq"].as_u64().unwrap().to_string();
     let tail = idem(&dir, &["--json", "audit", "--from", &from, "--limit", "2"]).await;
     assert_eq!(tail.ok().lines().count(), 2);
-    assert!(idem(&dir, &["audit"]).await.ok().contains("resolved landed: on the bank statement"));
+    assert!(idem(&dir, &["audit"])
+        .await
+        .ok()
+        .contains("resolved landed: on the bank statement"));
     assert_eq!(idem(&dir, &["audit", "--from", "soon"]).await.code, 2);
 
     // stats and prune.
@@ -184,7 +240,10 @@ async fn every_subcommand_against_a_running_worker() {
     assert!(stats["journal_bytes"].as_u64().unwrap() > 0);
     assert!(idem(&dir, &["stats"]).await.ok().contains("ESCALATED"));
     let pruned = idem(&dir, &["--json", "prune"]).await.json();
-    assert_eq!(pruned["ops_removed"], 0, "nothing is older than the retention");
+    assert_eq!(
+        pruned["ops_removed"], 0,
+        "nothing is older than the retention"
+    );
     assert_eq!(idem(&dir, &["prune", "--keep", "1d"]).await.code, 2);
 
     // The PostgreSQL journal is not there yet: said clearly.
@@ -245,8 +304,18 @@ async fn audit_follow_streams_what_happens_while_it_runs() {
     // The operator's resolution, its commit, then the worker's replay: in
     // order, each once, all durable.
     assert_eq!(kinds, ["resolved", "committed", "dedupe_hit"]);
-    assert!(seqs[0] >= next && seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
-    let durable: Vec<u64> = worker.rt.audit(next).await.unwrap().iter().map(|e| e.seq).collect();
+    assert!(
+        seqs[0] >= next && seqs.windows(2).all(|w| w[0] < w[1]),
+        "{seqs:?}"
+    );
+    let durable: Vec<u64> = worker
+        .rt
+        .audit(next)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
     assert_eq!(durable, seqs);
     let _ = child.kill().await;
 }
@@ -271,13 +340,19 @@ async fn every_subcommand_against_an_idle_journal() {
         (worker.key.to_string(), second.to_string())
         // The worker stops: its server goes, the journal is free.
     };
-    assert!(!idem::admin::address_path(&dir).exists(), "the address file was left behind");
+    assert!(
+        !idem::admin::address_path(&dir).exists(),
+        "the address file was left behind"
+    );
 
     let list = idem(&dir, &["--json", "escalations"]).await.json();
     assert_eq!(list.as_array().unwrap().len(), 2);
     let tools = idem(&dir, &["--json", "tools"]).await.json();
     assert_eq!(tools, json!([{"name": "send_wire", "calls": 3}]));
-    assert!(idem(&dir, &["tools"]).await.ok().contains("no running process"));
+    assert!(idem(&dir, &["tools"])
+        .await
+        .ok()
+        .contains("no running process"));
     assert_eq!(
         idem(&dir, &["--json", "show", &key]).await.json()["operation"]["state"],
         "escalated"
@@ -287,28 +362,58 @@ async fn every_subcommand_against_an_idle_journal() {
     // the tool: refused, with what to do.
     let refused = idem(&dir, &["resolve", &key, "--landed", "{}", "--note", "x"]).await;
     assert_eq!(refused.code, 1, "{refused:?}");
-    assert!(refused.stderr.contains("cannot check the result"), "{refused:?}");
-    assert!(refused.stderr.contains(".admin(\\\"127.0.0.1:0\\\")") || refused.stderr.contains(".admin(\"127.0.0.1:0\")"), "{refused:?}");
-    assert!(refused.stderr.contains("--reissue and --abandon need no type check"), "{refused:?}");
+    assert!(
+        refused.stderr.contains("cannot check the result"),
+        "{refused:?}"
+    );
+    assert!(
+        refused.stderr.contains(".admin(\\\"127.0.0.1:0\\\")")
+            || refused.stderr.contains(".admin(\"127.0.0.1:0\")"),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .stderr
+            .contains("--reissue and --abandon need no type check"),
+        "{refused:?}"
+    );
     // Reissue and Abandon need no check.
-    let abandoned = idem(&dir, &["--json", "resolve", &second, "--abandon", "--note", "cancelled"])
-        .await
-        .json();
+    let abandoned = idem(
+        &dir,
+        &[
+            "--json",
+            "resolve",
+            &second,
+            "--abandon",
+            "--note",
+            "cancelled",
+        ],
+    )
+    .await
+    .json();
     assert_eq!(abandoned["operation"]["state"], "abandoned");
 
     let audit = idem(&dir, &["--json", "audit"]).await;
     assert!(audit.ok().lines().count() > 5);
     let follow = idem(&dir, &["audit", "--follow"]).await;
     assert_eq!(follow.code, 3, "{follow:?}");
-    assert!(follow.stderr.contains("needs a running process"), "{follow:?}");
+    assert!(
+        follow.stderr.contains("needs a running process"),
+        "{follow:?}"
+    );
 
     let stats = idem(&dir, &["--json", "stats"]).await.json();
     assert_eq!(stats["tools"]["send_wire"]["escalations"], 2);
     let prune = idem(&dir, &["prune"]).await;
     assert_eq!(prune.code, 2, "{prune:?}");
     assert!(prune.stderr.contains("--keep"), "{prune:?}");
-    let pruned = idem(&dir, &["--json", "prune", "--keep", "7d"]).await.json();
-    assert_eq!(pruned["ops_kept_open"], 1, "the escalated wire is kept: {pruned}");
+    let pruned = idem(&dir, &["--json", "prune", "--keep", "7d"])
+        .await
+        .json();
+    assert_eq!(
+        pruned["ops_kept_open"], 1,
+        "the escalated wire is kept: {pruned}"
+    );
 
     // The CLI let go of the journal: a worker opens it again.
     drop(Runtime::open(&dir).expect("the CLI released the journal"));
@@ -321,7 +426,10 @@ async fn a_journal_held_without_the_admin_api_or_absent_is_unreachable() {
     let rt = Runtime::open(&dir).unwrap();
     let held = idem(&dir, &["escalations"]).await;
     assert_eq!(held.code, 3, "{held:?}");
-    assert!(held.stderr.contains("does not serve the admin API"), "{held:?}");
+    assert!(
+        held.stderr.contains("does not serve the admin API"),
+        "{held:?}"
+    );
     assert!(held.stderr.contains(".admin("), "{held:?}");
     drop(rt);
 
@@ -344,7 +452,10 @@ async fn a_journal_held_without_the_admin_api_or_absent_is_unreachable() {
 
     let missing = idem(&tmp.path().join("nope"), &["escalations"]).await;
     assert_eq!(missing.code, 3, "{missing:?}");
-    assert!(!tmp.path().join("nope").exists(), "the CLI must not create a journal");
+    assert!(
+        !tmp.path().join("nope").exists(),
+        "the CLI must not create a journal"
+    );
     let none = tokio::process::Command::new(env!("CARGO_BIN_EXE_idem"))
         .arg("stats")
         .env_remove("IDEM_JOURNAL")

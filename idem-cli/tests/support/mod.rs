@@ -70,7 +70,10 @@ impl Worker {
         bank.send_wire(&ctx, 1, ACCOUNT.into(), 500)
             .await
             .expect("order 1 goes through");
-        providers.wire().faults().push(Fault::disconnect_after_apply());
+        providers
+            .wire()
+            .faults()
+            .push(Fault::disconnect_after_apply());
         let key = match bank.send_wire(&ctx, 2, ACCOUNT.into(), 1999).await {
             Err(ToolError::Escalated { key, .. }) => key,
             other => panic!("expected an escalation, got {other:?}"),

@@ -74,7 +74,11 @@ impl AddressFile {
         let io = |e: std::io::Error| Error::storage("write the admin address file", &location, e);
         let tmp = dir.join(format!("{ADDRESS_FILE}.tmp"));
         let bytes = serde_json::to_vec(self).map_err(|e| io(std::io::Error::other(e)))?;
-        let mut f = private_file().create(true).truncate(true).open(&tmp).map_err(io)?;
+        let mut f = private_file()
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io)?;
         f.write_all(&bytes).map_err(io)?;
         f.write_all(b"\n").map_err(io)?;
         drop(f);
@@ -219,10 +223,12 @@ mod tests {
                 .permissions()
                 .mode();
             assert_eq!(mode & 0o777, 0o600);
-            fs::set_permissions(token_path(dir.path()), fs::Permissions::from_mode(0o644))
-                .unwrap();
+            fs::set_permissions(token_path(dir.path()), fs::Permissions::from_mode(0o644)).unwrap();
             let err = load_or_create_token(dir.path(), None).unwrap_err();
-            assert!(err.to_string().contains("other users may have read it"), "{err}");
+            assert!(
+                err.to_string().contains("other users may have read it"),
+                "{err}"
+            );
         }
     }
 

@@ -151,17 +151,16 @@ impl Runtime {
     }
 
     fn admin_running<T>(&self, f: impl FnOnce(&Running) -> T) -> Option<T> {
-        let running = self
-            .shared
-            .admin
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let running = self.shared.admin.lock().unwrap_or_else(|p| p.into_inner());
         running.as_ref().map(f)
     }
 }
 
 /// Where the admin files go, checked before the journal is opened.
-pub(crate) fn files_dir(options: &AdminOptions, path: Option<&Path>) -> Result<PathBuf, crate::Error> {
+pub(crate) fn files_dir(
+    options: &AdminOptions,
+    path: Option<&Path>,
+) -> Result<PathBuf, crate::Error> {
     options
         .dir
         .clone()

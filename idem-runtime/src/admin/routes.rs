@@ -278,10 +278,9 @@ impl App {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/x-ndjson"),
         );
-        answer.headers_mut().insert(
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("no-store"),
-        );
+        answer
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         if let Ok(v) = HeaderValue::from_str(&from.to_string()) {
             answer.headers_mut().insert("idem-audit-from", v);
         }
@@ -519,7 +518,10 @@ pub(crate) fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Answ
     let mut answer = Response::new(Body::full(bytes));
     *answer.status_mut() = status;
     let h = answer.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     answer
 }
@@ -542,8 +544,13 @@ mod tests {
     fn audit_queries_are_checked() {
         let q = AuditQuery::parse("from=7&follow=true").unwrap();
         assert!(matches!(q.from, From::Seq(7)) && q.follow);
-        assert!(matches!(AuditQuery::parse("from=end").unwrap().from, From::End));
-        assert!(AuditQuery::parse("form=7").unwrap_err().contains("unknown query parameter"));
+        assert!(matches!(
+            AuditQuery::parse("from=end").unwrap().from,
+            From::End
+        ));
+        assert!(AuditQuery::parse("form=7")
+            .unwrap_err()
+            .contains("unknown query parameter"));
         assert!(AuditQuery::parse("from=x").is_err());
         assert!(AuditQuery::parse("follow=maybe").is_err());
         assert!(AuditQuery::parse("follow=true&limit=3").is_err());

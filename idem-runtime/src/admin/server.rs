@@ -95,7 +95,12 @@ pub(crate) fn start(
     };
     file.write(dir)?;
     let (shutdown, stop) = watch::channel(false);
-    let app = Arc::new(App::new(Arc::downgrade(shared), token, instance, stop.clone()));
+    let app = Arc::new(App::new(
+        Arc::downgrade(shared),
+        token,
+        instance,
+        stop.clone(),
+    ));
     handle.spawn(accept_loop(listener, app, stop));
     tracing::info!(target: "idem::admin", %url, dir = %dir.display(), "admin API listening");
     Ok(Running {

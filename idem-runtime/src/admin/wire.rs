@@ -110,7 +110,11 @@ pub struct ResolveRequest {
     /// For `landed`: the result to replay to later calls, which must fit
     /// the tool's result type. Required for `landed` (`null` included, for
     /// tools whose result is `()` or an `Option`), refused otherwise.
-    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub result: Option<serde_json::Value>,
     /// Why: what the operator saw. Required, not blank.
     pub note: String,
@@ -125,10 +129,7 @@ impl ResolveRequest {
     /// The request for `resolution` with `note`.
     pub fn new(resolution: &Resolution, note: impl Into<String>) -> ResolveRequest {
         let (label, result) = match resolution {
-            Resolution::Landed(r) => (
-                "landed",
-                Some(r.clone().unwrap_or(serde_json::Value::Null)),
-            ),
+            Resolution::Landed(r) => ("landed", Some(r.clone().unwrap_or(serde_json::Value::Null))),
             Resolution::Reissue => ("reissue", None),
             Resolution::Abandon => ("abandon", None),
         };
