@@ -142,7 +142,7 @@ pub fn escalations(list: &[Escalation], now_ms: u64) -> String {
         }
     }
     let mut list: Vec<&Escalation> = list.iter().collect();
-    list.sort_by(|a, b| b.escalated_ms.cmp(&a.escalated_ms));
+    list.sort_by_key(|e| std::cmp::Reverse(e.escalated_ms));
     for e in list {
         out.push('\n');
         out.push_str(&escalation(e, now_ms));

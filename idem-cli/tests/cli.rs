@@ -276,7 +276,7 @@ async fn audit_follow_streams_what_happens_while_it_runs() {
         &dir,
         &[
             "resolve",
-            &worker.key.to_string(),
+            worker.key.as_str(),
             "--landed",
             &serde_json::to_string(&receipt).unwrap(),
             "--note",

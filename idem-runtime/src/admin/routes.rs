@@ -288,6 +288,7 @@ impl App {
     }
 }
 
+#[derive(Debug)]
 struct AuditQuery {
     from: From,
     follow: bool,
@@ -422,6 +423,9 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, Answer> {
     }
 }
 
+// The error is the answer itself, built once per refused request: boxing it
+// would buy nothing.
+#[allow(clippy::result_large_err)]
 fn parse_key(segment: &str) -> Result<IdemKey, Answer> {
     let text = percent_decode(segment).ok_or_else(|| {
         error(
