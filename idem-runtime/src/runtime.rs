@@ -80,6 +80,9 @@ pub(crate) struct Shared {
     pub(crate) called: std::sync::Mutex<std::collections::HashMap<&'static str, Called>>,
     /// Committed results seen by this runtime (a replay without a read).
     pub(crate) replays: crate::replays::Replays,
+    /// The admin API server, while this runtime serves one.
+    #[cfg(feature = "admin")]
+    pub(crate) admin: std::sync::Mutex<Option<crate::admin::Running>>,
 }
 
 /// A tool seen making a call, with the result check its call carried.
@@ -125,6 +128,10 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        // First, while the journal is still held: stop serving and remove
+        // the address file, so it never names a process that is gone.
+        #[cfg(feature = "admin")]
+        drop(self.admin.get_mut().ok().and_then(Option::take));
         if let Some(task) = self.renewer.get_mut().ok().and_then(Option::take) {
             task.abort();
         }
@@ -141,6 +148,8 @@ pub struct RuntimeBuilder {
     retention: Duration,
     worker_id: Option<String>,
     replay_cache: usize,
+    #[cfg(feature = "admin")]
+    pub(crate) admin: Option<crate::admin::AdminOptions>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -232,6 +241,16 @@ impl RuntimeBuilder {
     /// Opens the journal and starts the runtime.
     pub fn open(self) -> Result<Runtime, Error> {
         class::check_unique_names()?;
+        // Refused before the journal is touched.
+        #[cfg(feature = "admin")]
+        let admin = match self.admin {
+            Some(options) => {
+                crate::admin::require_tokio()?;
+                let dir = crate::admin::files_dir(&options, self.path.as_deref())?;
+                Some((options, dir))
+            }
+            None => None,
+        };
         let journal: Arc<dyn Journal> = match (self.journal, self.path) {
             (Some(j), _) => j,
             (None, Some(p)) => Arc::new(SledJournal::open_with(p, &self.sled)?),
@@ -264,9 +283,16 @@ impl RuntimeBuilder {
                 renewer: std::sync::Mutex::new(None),
                 called: std::sync::Mutex::new(std::collections::HashMap::new()),
                 replays: crate::replays::Replays::with_capacity(self.replay_cache),
+                #[cfg(feature = "admin")]
+                admin: std::sync::Mutex::new(None),
             }),
         };
         rt.start_renewer();
+        #[cfg(feature = "admin")]
+        if let Some((options, dir)) = admin {
+            let running = crate::admin::start(&rt.shared, options, &dir)?;
+            *rt.shared.admin.lock().unwrap_or_else(|p| p.into_inner()) = Some(running);
+        }
         Ok(rt)
     }
 }
@@ -318,6 +344,8 @@ impl Runtime {
             retention: Duration::from_secs(7 * 24 * 3600),
             worker_id: None,
             replay_cache: crate::replays::CAPACITY,
+            #[cfg(feature = "admin")]
+            admin: None,
         }
     }
 

@@ -91,9 +91,14 @@ pub(super) fn write<T: Serialize>(
     sync_dir(dir).map_err(io)
 }
 
+/// The admin API's bearer token and address (`idem_runtime::admin`). They
+/// are accepted in every build, not only with feature `admin`, so that a
+/// journal once served by the admin API still opens in a program without it.
+const ADMIN: [&str; 2] = ["idem-admin-token", "idem-admin-addr"];
+
 /// Whether a file name is one of these files (or their temporaries).
 pub(super) fn is_own(name: &str) -> bool {
-    [META, CHECKPOINT]
+    [META, CHECKPOINT, ADMIN[0], ADMIN[1]]
         .iter()
         .any(|f| name == *f || name.strip_suffix(".tmp") == Some(f))
 }
