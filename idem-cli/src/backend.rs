@@ -267,10 +267,7 @@ impl Backend {
             )),
             (Backend::Local { rt, .. }, Some(_)) => {
                 // Opened with that retention (see `discover`).
-                rt.prune()
-                    .await
-                    .map(PruneView::from)
-                    .map_err(|e| CliError::runtime(&e))
+                rt.prune().await.map_err(|e| CliError::runtime(&e))
             }
         }
     }

@@ -615,28 +615,27 @@ impl<'a> Op<'a> {
             }
             // A call that waited for a concurrent duplicate shares its
             // decision: the same operation, decided once.
-            State::Rejected { error } if waited => {
-                let error = error.clone();
+            State::Rejected { error } | State::Failed { error } if waited => {
+                let (key, error) = (self.key.to_string(), error.clone());
+                let refused = matches!(self.rec.state, State::Rejected { .. });
+                let (reason, shared) = if refused {
+                    ("refusal", Error::Rejected { key, error })
+                } else {
+                    let attempts = self.rec.attempts;
+                    (
+                        "failure",
+                        Error::Failed {
+                            key,
+                            attempts,
+                            error,
+                        },
+                    )
+                };
                 self.emit(EventKind::Refused {
-                    reason: "shares the refusal of the concurrent call it waited for".into(),
+                    reason: format!("shares the {reason} of the concurrent call it waited for"),
                 })
                 .await?;
-                Err(Halt::Tool(ToolError::Journal(Error::Rejected {
-                    key: self.key.to_string(),
-                    error,
-                })))
-            }
-            State::Failed { error } if waited => {
-                let error = error.clone();
-                self.emit(EventKind::Refused {
-                    reason: "shares the failure of the concurrent call it waited for".into(),
-                })
-                .await?;
-                Err(Halt::Tool(ToolError::Journal(Error::Failed {
-                    key: self.key.to_string(),
-                    attempts: self.rec.attempts,
-                    error,
-                })))
+                Err(Halt::Tool(ToolError::Journal(shared)))
             }
             State::Rejected { .. } => {
                 // The provider said no; a new call is a new decision, under

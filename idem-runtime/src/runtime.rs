@@ -761,7 +761,7 @@ impl Runtime {
 }
 
 /// What [`Runtime::prune`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PruneReport {
     /// Everything last changed before this instant (ms since the epoch) was
     /// eligible.

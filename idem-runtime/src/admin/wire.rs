@@ -196,39 +196,8 @@ pub struct StatsView {
     pub journal_bytes: u64,
 }
 
-/// What `POST /v1/prune` answers (see `Runtime::prune`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PruneView {
-    /// Everything last changed before this instant (ms since the epoch) was
-    /// eligible.
-    pub cutoff_ms: u64,
-    /// Operation records looked at.
-    pub ops_scanned: u64,
-    /// Finished operations removed.
-    pub ops_removed: u64,
-    /// Operations kept because they are not finished.
-    pub ops_kept_open: u64,
-    /// Memoized steps removed.
-    pub steps_removed: u64,
-    /// Audit events removed.
-    pub events_removed: u64,
-    /// Records left alone because they could not be decoded.
-    pub undecodable: u64,
-}
-
-impl From<crate::runtime::PruneReport> for PruneView {
-    fn from(r: crate::runtime::PruneReport) -> Self {
-        PruneView {
-            cutoff_ms: r.cutoff_ms,
-            ops_scanned: r.ops_scanned,
-            ops_removed: r.ops_removed,
-            ops_kept_open: r.ops_kept_open,
-            steps_removed: r.steps_removed,
-            events_removed: r.events_removed,
-            undecodable: r.undecodable,
-        }
-    }
-}
+/// What `POST /v1/prune` answers: [`PruneReport`](crate::PruneReport).
+pub type PruneView = crate::runtime::PruneReport;
 
 /// Every error the admin API returns: a 4xx or 5xx status with this body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
