@@ -387,7 +387,12 @@ async fn many_tasks_calling_one_operation_apply_it_once() {
             tokio::time::timeout(Duration::from_secs(10), parked.recv())
                 .await
                 .unwrap_or_else(|_| panic!("{tool}: only {n} of {CALLERS} callers parked"))
-                .expect("a caller parks before it finishes");
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{tool}: a caller returned while the first request was held \
+                         ({n} of {CALLERS} parked)"
+                    )
+                });
         }
         assert!(
             lock(&log)
