@@ -1,0 +1,8 @@
+//! Fuzz target `sled_value`: the input format and the properties checked are
+//! documented on `idem_runtime::fuzzing::sled_value`, which regression tests
+//! replay in `cargo test --workspace`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    idem_runtime::fuzzing::sled_value(data);
+});
