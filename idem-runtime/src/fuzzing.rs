@@ -27,7 +27,7 @@ use crate::error::Error;
 use crate::key::IdemKey;
 use crate::record::{self, Kind, OpRecord, State, StepRecord, StepState};
 
-pub use crate::journal::fuzzing::{sled_value, wal};
+pub use crate::journal::fuzzing::{journal_files, sled_value, wal};
 
 /// What an input did once every property held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,6 +237,9 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, input) in key_seeds() {
         out.push(("key", name, input));
     }
+    for (name, input) in crate::journal::fuzzing::journal_files_seeds() {
+        out.push(("journal_files", name, input));
+    }
     out
 }
 
@@ -380,6 +383,8 @@ mod tests {
     use super::*;
     use std::path::{Path, PathBuf};
 
+    const TARGETS: [&str; 5] = ["record", "wal", "sled_value", "key", "journal_files"];
+
     fn fuzz_dir() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
     }
@@ -390,6 +395,7 @@ mod tests {
             "wal" => wal,
             "sled_value" => sled_value,
             "key" => key,
+            "journal_files" => journal_files,
             other => panic!("no fuzz target {other}"),
         }
     }
@@ -415,7 +421,7 @@ mod tests {
     #[test]
     fn seeds_reach_the_decoders() {
         let seeds = seeds();
-        for name in ["record", "wal", "sled_value", "key"] {
+        for name in TARGETS {
             assert!(seeds.iter().any(|s| s.0 == name), "no seed for {name}");
         }
         for (t, name, input) in seeds {
@@ -441,7 +447,7 @@ mod tests {
     #[test]
     fn committed_fuzz_findings_replay_without_failing() {
         let mut replayed = 0;
-        for t in ["record", "wal", "sled_value", "key"] {
+        for t in TARGETS {
             for (name, input) in inputs("regressions", t) {
                 let outcome = std::panic::catch_unwind(|| target(t)(&input));
                 assert!(outcome.is_ok(), "fuzz/regressions/{t}/{name} fails again");

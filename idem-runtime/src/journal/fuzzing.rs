@@ -398,3 +398,310 @@ pub(crate) fn sled_value_seeds() -> Vec<(String, Vec<u8>)> {
         ),
     ]
 }
+
+/// A small real journal, made once per process: its files, what an
+/// undamaged open reads from it, and where each record's last write sits
+/// in the newest log segment.
+struct Snapshot {
+    files: Vec<(String, Vec<u8>)>,
+    records: Vec<Truth>,
+    /// The newest log segment's file name.
+    newest: String,
+}
+
+/// One record of the snapshot.
+struct Truth {
+    space: super::Space,
+    key: super::Digest,
+    body: Vec<u8>,
+    /// Where the unit that last wrote it ends in the newest segment, if it
+    /// is there (else it is in sled, or an older segment).
+    unit_end: Option<usize>,
+}
+
+/// A directory of its own under the system's temporary directory.
+fn scratch_dir(what: &str) -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    std::env::temp_dir().join(format!(
+        "idem-fuzz-{what}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a current-thread runtime")
+        .block_on(f)
+}
+
+fn read_files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("readable journal directory") {
+            let path = e.expect("readable entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let name = path
+                    .strip_prefix(dir)
+                    .expect("inside")
+                    .display()
+                    .to_string();
+                out.push((name, std::fs::read(&path).expect("readable journal file")));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn write_files(dir: &std::path::Path, files: &[(String, Vec<u8>)]) {
+    for (name, bytes) in files {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("scratch directory");
+        }
+        std::fs::write(&path, bytes).expect("scratch file");
+    }
+}
+
+fn snapshot() -> &'static Snapshot {
+    static SNAPSHOT: std::sync::OnceLock<Snapshot> = std::sync::OnceLock::new();
+    SNAPSHOT.get_or_init(make_snapshot)
+}
+
+fn make_snapshot() -> Snapshot {
+    use super::{ClaimChange, Durability, Expect, Journal, NewEvent, Space, Write};
+    let dir = scratch_dir("journal");
+    let owner = Owner {
+        worker: Arc::from("fuzz"),
+        incarnation: 1,
+    };
+    let body =
+        |i: u8| record::encode(Kind::Step, &format!("record {i}")).expect("a record encodes");
+    let put = |j: &super::SledJournal, space, i: u8, claimed: bool| {
+        let key = [i; 32];
+        let body = body(i);
+        let event = [0x45, 2, i];
+        let events = [NewEvent {
+            key: Some(&key),
+            bytes: &event,
+        }];
+        let w = Write {
+            space,
+            key: &key,
+            expect: Expect::Absent,
+            body: &body,
+            claim: if claimed {
+                ClaimChange::Take(&owner)
+            } else {
+                ClaimChange::Keep
+            },
+            escalated: i % 3 == 0,
+            events: &events,
+            durability: Durability::Immediate,
+        };
+        block_on(j.write(w)).expect("a fresh journal writes");
+    };
+    // Written before a reopen: in sled after the reopen's checkpoint.
+    let j = super::SledJournal::open(&dir).expect("a fresh journal opens");
+    for i in 1..=4 {
+        put(
+            &j,
+            if i == 4 { Space::Steps } else { Space::Ops },
+            i,
+            i == 2,
+        );
+    }
+    drop(j);
+    // Written after it: in the log only.
+    let j = super::SledJournal::open(&dir).expect("the journal reopens");
+    for i in 5..=7 {
+        put(
+            &j,
+            if i == 7 { Space::Steps } else { Space::Ops },
+            i,
+            i == 5,
+        );
+    }
+    drop(j);
+    let files = read_files(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let (newest, segment) = files
+        .iter()
+        .filter(|(name, _)| wal::is_segment(name))
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .expect("the journal has a log segment");
+    let gen = u64::from_str_radix(&newest["idem-wal.".len()..], 16).expect("a segment name");
+    let seg = wal::read_segment(segment, gen, true, 0).expect("the log reads");
+    let mut unit_of = std::collections::HashMap::new();
+    let mut at = HEADER_LEN;
+    for unit in &seg.units {
+        let mut encoded = Vec::new();
+        encode(&mut encoded, unit);
+        at += encoded.len();
+        for c in &unit.changes {
+            if let Change::Put { tree, key, .. } = c {
+                unit_of.insert((*tree, key.clone()), at);
+            }
+        }
+    }
+    let records = (1..=7u8)
+        .map(|i| {
+            let space = if i == 4 || i == 7 {
+                Space::Steps
+            } else {
+                Space::Ops
+            };
+            let tree = if space == Space::Ops {
+                Tree::Ops
+            } else {
+                Tree::Steps
+            };
+            Truth {
+                space,
+                key: [i; 32],
+                body: body(i),
+                unit_end: unit_of.get(&(tree, vec![i; 32])).copied(),
+            }
+        })
+        .collect();
+    Snapshot {
+        files: files.clone(),
+        records,
+        newest: newest.clone(),
+    }
+}
+
+/// Opening a real journal whose files were damaged.
+///
+/// Input: damage operations of 4 bytes, `[file][op][offset: u16 LE]`,
+/// applied in order to a small real journal's files (`file` modulo their
+/// number; a file of sled's, the metadata, the checkpoint or the log):
+/// `op` even flips the bits `op | 1` of the byte at `offset` (modulo the
+/// file's length), odd truncates the file there.
+///
+/// Properties: no panic; the open either fails with an error that says
+/// what is wrong with the directory, or succeeds, and then every record the
+/// undamaged journal held loads as it was, or fails with an error, or
+/// loads bytes that the record decoder refuses — never absent, unless the
+/// damage reaches the newest log segment at or before the unit that last
+/// wrote it (the torn-tail rule: such a unit may never have been
+/// acknowledged).
+pub fn journal_files(data: &[u8]) -> Outcome {
+    use super::Journal;
+    let snap = snapshot();
+    let mut files = snap.files.clone();
+    // The first offset of the newest segment that the damage reaches.
+    let mut newest_damage = usize::MAX;
+    for op in data.chunks_exact(4) {
+        let (name, bytes) = &mut files[usize::from(op[0]) % snap.files.len()];
+        let offset = usize::from(u16::from_le_bytes([op[2], op[3]]));
+        let at = if op[1] & 1 == 0 {
+            if bytes.is_empty() {
+                continue;
+            }
+            let at = offset % bytes.len();
+            bytes[at] ^= op[1] | 1;
+            at
+        } else {
+            let at = offset % (bytes.len() + 1);
+            bytes.truncate(at);
+            at
+        };
+        if *name == snap.newest {
+            newest_damage = newest_damage.min(at);
+        }
+    }
+    let dir = scratch_dir("damaged");
+    write_files(&dir, &files);
+    let outcome = match super::SledJournal::open(&dir) {
+        Ok(j) => {
+            for t in &snap.records {
+                match block_on(j.load(t.space, &t.key)) {
+                    Ok(Some(l)) => assert!(
+                        l.body == t.body
+                            || record::decode::<String>(Kind::Step, &l.body, "fuzz", &t.key)
+                                .is_err(),
+                        "record {} reads as other bytes that decode",
+                        t.key[0]
+                    ),
+                    Ok(None) => assert!(
+                        t.unit_end.is_some_and(|end| newest_damage < end),
+                        "record {} is absent after damage that spared its unit",
+                        t.key[0]
+                    ),
+                    Err(_) => {}
+                }
+            }
+            let _ = block_on(j.events(0, 100));
+            Outcome::Decoded
+        }
+        Err(e) => {
+            assert!(
+                matches!(
+                    e,
+                    crate::Error::Damaged { .. }
+                        | crate::Error::NotAJournal { .. }
+                        | crate::Error::UnsupportedFormat { .. }
+                        | crate::Error::Corrupt { .. }
+                        | crate::Error::RecordVersion { .. }
+                ),
+                "a damaged journal must be refused as damaged, got: {e}"
+            );
+            Outcome::Rejected
+        }
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome
+}
+
+pub(crate) fn journal_files_seeds() -> Vec<(String, Vec<u8>)> {
+    let snap = snapshot();
+    let index = |name: &str| {
+        snap.files
+            .iter()
+            .position(|(n, _)| n == name)
+            .expect("the journal has the file") as u8
+    };
+    // The last byte of the log: a torn tail.
+    let newest = index(&snap.newest);
+    let len = snap.files[usize::from(newest)].1.len() as u16;
+    let mut torn = vec![newest, 1];
+    torn.extend((len - 1).to_le_bytes());
+    vec![("undamaged".into(), Vec::new()), ("torn-log".into(), torn)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn damaged_sled_settings_are_damage_not_a_storage_error() {
+        // Found by the `journal_files` harness: one flipped bit in sled's
+        // `conf` made sled refuse it as written by "a sled version earlier
+        // than 0.29", which the journal reported as a storage error.
+        let conf = snapshot()
+            .files
+            .iter()
+            .position(|(name, _)| name == "conf")
+            .expect("sled has a settings file") as u8;
+        let input = [conf, 0x80, 0, 0];
+        assert_eq!(journal_files(&input), Outcome::Rejected);
+        let mut files = snapshot().files.clone();
+        files[usize::from(conf)].1[0] ^= 0x81;
+        let dir = scratch_dir("conf");
+        write_files(&dir, &files);
+        let err = super::super::SledJournal::open(&dir).map(drop).unwrap_err();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            matches!(&err, crate::Error::Damaged { file, .. } if file.ends_with("conf")),
+            "{err}"
+        );
+    }
+}
