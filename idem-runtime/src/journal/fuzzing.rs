@@ -502,7 +502,7 @@ fn make_snapshot() -> Snapshot {
             } else {
                 ClaimChange::Keep
             },
-            escalated: i % 3 == 0,
+            escalated: i.is_multiple_of(3),
             events: &events,
             durability: Durability::Immediate,
         };
