@@ -38,7 +38,7 @@ pub enum Outcome {
     Rejected,
 }
 
-/// The frame kinds, in the order the selector byte of [`record`] picks
+/// The frame kinds, in the order the selector byte of [`record()`] picks
 /// them.
 const KINDS: [Kind; 5] = [
     Kind::Op,
@@ -48,7 +48,7 @@ const KINDS: [Kind; 5] = [
     Kind::Checkpoint,
 ];
 
-/// Selector bit of [`record`]: the harness writes the right kind byte and
+/// Selector bit of [`record()`]: the harness writes the right kind byte and
 /// checksum into the frame.
 pub const FIX_FRAME: u8 = 0x80;
 
@@ -355,7 +355,7 @@ fn record_seeds() -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// The [`record`] input for a frame of `kind`: its selector, then the
+/// The [`record()`] input for a frame of `kind`: its selector, then the
 /// frame (checksums left as the encoder wrote them).
 pub(crate) fn framed_input(kind: Kind, frame: Vec<u8>) -> Vec<u8> {
     let selector = KINDS

@@ -12,20 +12,21 @@ use super::Owner;
 use crate::fuzzing::{frame_round_trip, framed_input, Outcome};
 use crate::record::{self, Kind};
 
-/// Flag of [`wal`]'s first byte: read the segment as the newest one.
-pub const NEWEST: u8 = 1;
-/// Flag of [`wal`]'s first byte: the rest is chunks the harness frames.
-pub const CHUNKS: u8 = 2;
-/// Flag of [`wal`]'s first byte (raw mode): put a valid header first.
-pub const HEADER: u8 = 4;
+/// Flag of [`wal()`]'s first byte: read the segment as the newest one.
+pub(crate) const NEWEST: u8 = 1;
+/// Flag of [`wal()`]'s first byte: the rest is chunks the harness frames.
+pub(crate) const CHUNKS: u8 = 2;
+/// Flag of [`wal()`]'s first byte (raw mode): put a valid header first.
+pub(crate) const HEADER: u8 = 4;
 
 /// The write-ahead-log reader (`wal::read_segment`) on arbitrary bytes.
 ///
-/// Input: `[flags][generation][min lsn][garbage length][rest]`; the last
-/// `garbage length` bytes of `rest` are *garbage* for the torn-tail checks,
-/// the others make the segment. In raw mode the segment is those bytes
-/// (after a valid header with [`HEADER`]). With [`CHUNKS`] it is a valid
-/// header and then chunks `[tag][length: u16 LE][bytes]`: with an even tag
+/// Input: `[flags][generation][min lsn][garbage length][rest]`; flag
+/// `NEWEST` (1) reads the segment as the newest one. The last `garbage
+/// length` bytes of `rest` are *garbage* for the torn-tail checks, the
+/// others make the segment. In raw mode the segment is those bytes (after a
+/// valid header with flag `HEADER`, 4). With flag `CHUNKS` (2) it is a
+/// valid header and then chunks `[tag][length: u16 LE][bytes]`: with an even tag
 /// the harness frames the bytes as a unit body with the right length and
 /// checksum (and with `tag & 2` first sets its lsn to follow the previous
 /// chunk's), with an odd tag it writes the bytes as they are.
@@ -184,7 +185,7 @@ fn cuts(data: &[u8], len: usize) -> Vec<usize> {
         .collect()
 }
 
-/// A valid header, then the chunks of `body` (see [`wal`]).
+/// A valid header, then the chunks of `body` (see [`wal()`]).
 fn chunked_segment(gen: u64, min_lsn: u64, mut body: &[u8]) -> Vec<u8> {
     let mut out = wal::header(gen).to_vec();
     let mut lsn = min_lsn;
