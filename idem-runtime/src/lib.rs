@@ -19,6 +19,9 @@ mod engine;
 mod error;
 mod escalation;
 mod failure;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod journal;
 mod key;
 mod record;

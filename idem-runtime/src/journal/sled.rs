@@ -453,6 +453,16 @@ fn map_open_error(e: sled::Error, path: &Path) -> Error {
             offset: None,
             detail: format!("sled reports corruption: {text}"),
         }
+    } else if let sled::Error::Unsupported(_) = e {
+        // Our metadata already showed a journal of this format, written by
+        // this sled: sled refusing its own settings file as another
+        // version's means that file is damaged (it only warns on a bad
+        // checksum there, then parses what it finds).
+        Error::Damaged {
+            file: path.join("conf"),
+            offset: None,
+            detail: format!("sled refuses its settings: {text}"),
+        }
     } else {
         Error::storage("open", &path.display().to_string(), text)
     }
