@@ -21,7 +21,7 @@ pub(crate) const HEADER: u8 = 4;
 
 /// The write-ahead-log reader (`wal::read_segment`) on arbitrary bytes.
 ///
-/// Input: `[flags][generation][min lsn][garbage length][rest]`; flag
+/// Input: `[flags][generation][first lsn][garbage length][rest]`; flag
 /// `NEWEST` (1) reads the segment as the newest one. The last `garbage
 /// length` bytes of `rest` are *garbage* for the torn-tail checks, the
 /// others make the segment. In raw mode the segment is those bytes (after a
@@ -34,7 +34,7 @@ pub(crate) const HEADER: u8 = 4;
 /// Properties, besides never panicking:
 /// - a segment that reads is cut into its valid prefix and its torn tail
 ///   (`valid_len + torn` is its length; no tail unless newest), its units
-///   have increasing lsns from `min lsn`, and the header plus the units,
+///   are numbered consecutively from `first lsn`, and the header plus the units,
 ///   encoded again with `encode_unit`, are exactly the valid prefix;
 /// - the valid prefix alone reads to the same units, as newest or not;
 /// - zeros or `0xff` appended to the valid prefix are a torn tail: the same
@@ -44,20 +44,20 @@ pub(crate) const HEADER: u8 = 4;
 ///   it, or (when a valid unit appears inside the cut one) is damage at the
 ///   cut unit.
 pub fn wal(data: &[u8]) -> Outcome {
-    let Some((&[flags, gen, min_lsn, garbage_len], rest)) = data.split_first_chunk::<4>() else {
+    let Some((&[flags, gen, first_lsn, garbage_len], rest)) = data.split_first_chunk::<4>() else {
         return Outcome::Rejected;
     };
-    let (gen, min_lsn) = (u64::from(gen), u64::from(min_lsn));
+    let (gen, first_lsn) = (u64::from(gen), u64::from(first_lsn));
     let newest = flags & NEWEST != 0;
     let (body, garbage) = rest.split_at(rest.len() - usize::from(garbage_len).min(rest.len()));
     let bytes = if flags & CHUNKS != 0 {
-        chunked_segment(gen, min_lsn, body)
+        chunked_segment(gen, first_lsn, body)
     } else if flags & HEADER != 0 {
         [&wal::header(gen)[..], body].concat()
     } else {
         body.to_vec()
     };
-    let Ok(seg) = wal::read_segment(&bytes, gen, newest, min_lsn) else {
+    let Ok(seg) = wal::read_segment(&bytes, gen, newest, first_lsn) else {
         return Outcome::Rejected;
     };
     assert_eq!(
@@ -69,7 +69,7 @@ pub fn wal(data: &[u8]) -> Outcome {
         newest || seg.torn == 0,
         "a torn tail dropped from an older segment"
     );
-    let ends = reencoded_ends(&bytes, gen, min_lsn, &seg);
+    let ends = reencoded_ends(&bytes, gen, first_lsn, &seg);
     if seg.valid_len < HEADER_LEN {
         // Only a segment whose creation was cut short has no header.
         assert!(newest && seg.valid_len == 0 && seg.units.is_empty() && bytes.len() < HEADER_LEN);
@@ -77,7 +77,7 @@ pub fn wal(data: &[u8]) -> Outcome {
     }
     let prefix = &bytes[..seg.valid_len];
     for as_newest in [true, false] {
-        let again = wal::read_segment(prefix, gen, as_newest, min_lsn).unwrap_or_else(|d| {
+        let again = wal::read_segment(prefix, gen, as_newest, first_lsn).unwrap_or_else(|d| {
             panic!("the valid prefix is damaged at {}: {}", d.offset, d.detail)
         });
         assert_eq!(again.units, seg.units, "the valid prefix reads differently");
@@ -86,13 +86,13 @@ pub fn wal(data: &[u8]) -> Outcome {
     let fill = 1 + usize::from(garbage_len);
     for byte in [0u8, 0xff] {
         let longer = [prefix, &vec![byte; fill]].concat();
-        let again = wal::read_segment(&longer, gen, true, min_lsn)
+        let again = wal::read_segment(&longer, gen, true, first_lsn)
             .unwrap_or_else(|d| panic!("{byte:#x} fill is damage at {}: {}", d.offset, d.detail));
         assert_eq!(again.units, seg.units, "{byte:#x} fill changed the units");
         assert_eq!(again.torn, fill);
     }
     let longer = [prefix, garbage].concat();
-    match wal::read_segment(&longer, gen, true, min_lsn) {
+    match wal::read_segment(&longer, gen, true, first_lsn) {
         Ok(again) => assert!(
             again.units.starts_with(&seg.units),
             "appended bytes changed the units of the valid prefix"
@@ -106,7 +106,7 @@ pub fn wal(data: &[u8]) -> Outcome {
     }
     for cut in cuts(data, prefix.len()) {
         let whole = ends.iter().filter(|&&end| end <= cut).count();
-        match wal::read_segment(&prefix[..cut], gen, true, min_lsn) {
+        match wal::read_segment(&prefix[..cut], gen, true, first_lsn) {
             Ok(s) => assert_eq!(s.units, seg.units[..whole], "cut at {cut}"),
             Err(d) => {
                 let start = if whole == 0 {
@@ -128,15 +128,19 @@ pub fn wal(data: &[u8]) -> Outcome {
 
 /// Checks that the header and the units, encoded again, are the valid
 /// prefix; returns where each unit ends.
-fn reencoded_ends(bytes: &[u8], gen: u64, min_lsn: u64, seg: &Segment) -> Vec<usize> {
+fn reencoded_ends(bytes: &[u8], gen: u64, first_lsn: u64, seg: &Segment) -> Vec<usize> {
     let mut out = Vec::new();
     let mut ends = Vec::new();
     if !seg.units.is_empty() || seg.valid_len >= HEADER_LEN {
         out.extend_from_slice(&wal::header(gen));
     }
-    let mut next_lsn = min_lsn;
+    let mut next_lsn = first_lsn;
     for unit in &seg.units {
-        assert!(unit.lsn >= next_lsn, "lsn {} after {next_lsn}", unit.lsn);
+        assert!(
+            unit.lsn == next_lsn,
+            "lsn {} where {next_lsn} was due",
+            unit.lsn
+        );
         next_lsn = unit.lsn + 1;
         encode(&mut out, unit);
         ends.push(out.len());
@@ -186,9 +190,9 @@ fn cuts(data: &[u8], len: usize) -> Vec<usize> {
 }
 
 /// A valid header, then the chunks of `body` (see [`wal()`]).
-fn chunked_segment(gen: u64, min_lsn: u64, mut body: &[u8]) -> Vec<u8> {
+fn chunked_segment(gen: u64, first_lsn: u64, mut body: &[u8]) -> Vec<u8> {
     let mut out = wal::header(gen).to_vec();
-    let mut lsn = min_lsn;
+    let mut lsn = first_lsn;
     while let Some((&[tag, lo, hi], rest)) = body.split_first_chunk::<3>() {
         let n = usize::from(u16::from_le_bytes([lo, hi])).min(rest.len());
         let (chunk, rest) = rest.split_at(n);
@@ -338,19 +342,19 @@ fn sample_units() -> Vec<Vec<u8>> {
 }
 
 pub(crate) fn wal_seeds() -> Vec<(String, Vec<u8>)> {
-    let (gen, min_lsn) = (3u8, 10u8);
+    let (gen, first_lsn) = (3u8, 10u8);
     let units = sample_units();
     let mut segment = wal::header(u64::from(gen)).to_vec();
     for u in &units {
         segment.extend_from_slice(u);
     }
     let raw = |flags: u8, garbage: &[u8]| {
-        let mut input = vec![flags, gen, min_lsn, garbage.len() as u8];
+        let mut input = vec![flags, gen, first_lsn, garbage.len() as u8];
         input.extend_from_slice(&segment);
         input.extend_from_slice(garbage);
         input
     };
-    let mut chunks = vec![NEWEST | CHUNKS, gen, min_lsn, 0];
+    let mut chunks = vec![NEWEST | CHUNKS, gen, first_lsn, 0];
     for u in &units {
         let body = &u[8..];
         chunks.push(2);
@@ -539,7 +543,11 @@ fn make_snapshot() -> Snapshot {
         .max_by(|a, b| a.0.cmp(&b.0))
         .expect("the journal has a log segment");
     let gen = u64::from_str_radix(&newest["idem-wal.".len()..], 16).expect("a segment name");
-    let seg = wal::read_segment(segment, gen, true, 0).expect("the log reads");
+    // Its first unit's lsn, read from the frame (length, crc, then the lsn).
+    let first_lsn = segment
+        .get(HEADER_LEN + 8..HEADER_LEN + 16)
+        .map_or(1, |l| u64::from_le_bytes(l.try_into().expect("8 bytes")));
+    let seg = wal::read_segment(segment, gen, true, first_lsn).expect("the log reads");
     let mut unit_of = std::collections::HashMap::new();
     let mut at = HEADER_LEN;
     for unit in &seg.units {
@@ -652,17 +660,6 @@ pub fn journal_files(data: &[u8]) -> Outcome {
                         | crate::Error::UnsupportedFormat { .. }
                         | crate::Error::Corrupt { .. }
                         | crate::Error::RecordVersion { .. }
-                        // Known, not fixed here (`apply.rs` reduces sled's
-                        // errors to text): sled's files can be damaged so
-                        // that sled opens, then reports the corruption when
-                        // the log is replayed into it; the open is refused,
-                        // but as a storage error of that step
-                        // (fuzz/regressions/journal_files/
-                        // sled-corruption-found-during-replay).
-                        | crate::Error::Storage {
-                            op: "replay the write-ahead log",
-                            ..
-                        }
                 ),
                 "a damaged journal must be refused as damaged, got: {e}"
             );

@@ -250,14 +250,23 @@ impl SledJournal {
                 .map_err(|e| map_open_error(e, &path))?;
             let trees =
                 Trees::open(db).map_err(|e| Error::storage("open sled's trees", &location, e))?;
-            let applied = apply::apply(&trees, &units)
-                .map_err(|e| Error::storage("replay the write-ahead log", &location, e))?;
+            // sled may open its files cleanly and report their damage only
+            // when the log is replayed into it or when its entries are read.
+            let failed = |op: &'static str| {
+                let (path, location) = (&path, &location);
+                move |f: apply::Failed| match f {
+                    apply::Failed::Damaged(detail) => Error::Damaged {
+                        file: path.join("db"),
+                        offset: None,
+                        detail: format!("{op}: {detail}"),
+                    },
+                    apply::Failed::Io(detail) => Error::storage(op, location, detail),
+                }
+            };
+            let applied =
+                apply::apply(&trees, &units).map_err(failed("replay the write-ahead log"))?;
             let (found, last_seq) =
-                apply::scan_digest(&trees).map_err(|detail| Error::Damaged {
-                    file: path.join("db"),
-                    offset: None,
-                    detail,
-                })?;
+                apply::scan_digest(&trees).map_err(failed("check sled's content"))?;
             Ok((trees, applied, found, last_seq))
         })?;
         let mut expected = checkpoint.digest();

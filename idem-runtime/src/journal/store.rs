@@ -898,7 +898,7 @@ impl Store {
             }
             units.extend(seg.units);
         }
-        let applied = apply::apply(&self.trees, &units)?;
+        let applied = apply::apply(&self.trees, &units).map_err(|f| f.to_string())?;
         apply::sync_sled(&self.dir, &self.trees).map_err(|e| e.to_string())?;
         let mut digest = prev.digest();
         digest.apply(applied.delta.xor, applied.delta.count);
