@@ -24,6 +24,7 @@ mod failure;
 pub mod fuzzing;
 pub mod journal;
 mod key;
+mod private_files;
 mod record;
 mod replays;
 mod retry;

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
+use crate::private_files;
 
 /// The token file's name in the journal directory.
 pub const TOKEN_FILE: &str = "idem-admin-token";
@@ -69,20 +70,11 @@ impl AddressFile {
     /// Writes it atomically (a temporary file renamed over the old one):
     /// a reader sees the old address or the new one, never half of one.
     pub(crate) fn write(&self, dir: &Path) -> Result<(), Error> {
-        let target = address_path(dir);
-        let location = target.display().to_string();
+        let location = address_path(dir).display().to_string();
         let io = |e: std::io::Error| Error::storage("write the admin address file", &location, e);
-        let tmp = dir.join(format!("{ADDRESS_FILE}.tmp"));
         let bytes = serde_json::to_vec(self).map_err(|e| io(std::io::Error::other(e)))?;
-        let mut f = private_file()
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(io)?;
-        f.write_all(&bytes).map_err(io)?;
-        f.write_all(b"\n").map_err(io)?;
-        drop(f);
-        fs::rename(&tmp, &target).map_err(io)
+        // Not durable: the file only says where a running process listens.
+        private_files::replace(dir, ADDRESS_FILE, &[&bytes, b"\n"], false).map_err(io)
     }
 
     /// Removes the address file if it is still this one (a later start may
@@ -118,7 +110,10 @@ pub(crate) fn load_or_create_token(dir: &Path, given: Option<&str>) -> Result<St
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let token = new_token()?;
             // create_new: never replace a token someone already uses.
-            let mut f = private_file().create_new(true).open(&path).map_err(io)?;
+            let mut f = private_files::options()
+                .create_new(true)
+                .open(&path)
+                .map_err(io)?;
             f.write_all(token.as_bytes()).map_err(io)?;
             f.write_all(b"\n").map_err(io)?;
             f.sync_all().map_err(io)?;
@@ -169,17 +164,6 @@ fn refuse_if_readable_by_others(path: &Path) -> Result<(), Error> {
     #[cfg(not(unix))]
     let _ = path;
     Ok(())
-}
-
-fn private_file() -> fs::OpenOptions {
-    let mut o = fs::OpenOptions::new();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        o.mode(0o600);
-    }
-    o.write(true);
-    o
 }
 
 /// Compares a presented token with the real one in time that does not

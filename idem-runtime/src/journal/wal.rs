@@ -28,10 +28,12 @@
 //! — is damage: reading fails with the file and offset, and nothing is
 //! deleted.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
+use crate::private_files::options as private_file;
+pub(super) use crate::private_files::sync_dir;
 use crate::record::crc32;
 
 const MAGIC: &[u8; 8] = b"IDEMWAL2";
@@ -360,12 +362,6 @@ pub(super) fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     Ok(found)
 }
 
-/// fsyncs a directory, so that the entries created, renamed or removed in
-/// it are durable.
-pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 /// Creates segment `gen` with its header, durably (file and directory
 /// entry), before anything is logged to it.
 pub(super) fn create_segment(dir: &Path, gen: u64) -> io::Result<File> {
@@ -377,18 +373,6 @@ pub(super) fn create_segment(dir: &Path, gen: u64) -> io::Result<File> {
     file.sync_all()?;
     sync_dir(dir)?;
     Ok(file)
-}
-
-/// Options for a file only the journal's owner may read.
-pub(super) fn private_file() -> OpenOptions {
-    let mut o = OpenOptions::new();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        o.mode(0o600);
-    }
-    o.write(true);
-    o
 }
 
 /// Removes every segment up to `gen`, durably.
