@@ -15,7 +15,9 @@
 //!   measured the same way (wall clock, fresh keys) in blocks interleaved
 //!   with the concurrent ones (target: 10 × sequential);
 //! - a journal of a million operations: lookup and replay latency as it
-//!   grows, memory, size on disk, and how long retention takes to prune it.
+//!   grows, memory, size on disk, how long a reopen takes at each size (the
+//!   open checks all of sled's content against the recorded digest), and
+//!   how long retention takes to prune it.
 //!
 //! Run with `cargo bench --bench overhead`. `IDEM_BENCH_RECORDS` sets the
 //! scale (default 1000000); `IDEM_BENCH_DIR` where the journal lives
@@ -267,12 +269,15 @@ fn main() {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0),
     );
-    let rt = Runtime::builder()
-        .path(&journal_dir)
-        .clock(Arc::new(clock.clone()))
-        .open()
-        .expect("journal");
-    let ctx = rt.run("bench");
+    let open = || {
+        Runtime::builder()
+            .path(&journal_dir)
+            .clock(Arc::new(clock.clone()))
+            .open()
+            .expect("journal")
+    };
+    let mut rt = open();
+    let mut ctx = rt.run("bench");
     let mut committed = Committed::default();
 
     tokio.block_on(async {
@@ -382,8 +387,14 @@ fn main() {
         println!();
         println!("scale: lookup and replay as the journal grows to {records} operations");
         println!(
-            "{:>10} {:>14} {:>14} {:>14} {:>12} {:>12}",
-            "operations", "replay p50 us", "replay p99 us", "fresh p50 us", "RSS MiB", "disk MiB"
+            "{:>10} {:>14} {:>14} {:>14} {:>12} {:>12} {:>10}",
+            "operations",
+            "replay p50 us",
+            "replay p99 us",
+            "fresh p50 us",
+            "RSS MiB",
+            "disk MiB",
+            "reopen s"
         );
         let mut have = committed.len();
         let mut next = 10_000u64;
@@ -406,13 +417,23 @@ fn main() {
             have = committed.len();
             let (rss, _) = rss_kib();
             let disk = rt.size_on_disk().await.unwrap_or(0);
+            // Close and open again: what a restart costs at this size,
+            // including the open's check of sled's whole content against
+            // the recorded digest (a full scan) and its checkpoint.
+            drop(ctx);
+            drop(rt);
+            let t = Instant::now();
+            rt = open();
+            let reopen = t.elapsed();
+            ctx = rt.run("bench");
             println!(
-                "{have:>10} {:>14.1} {:>14.1} {:>14.1} {:>12.1} {:>12.1}",
+                "{have:>10} {:>14.1} {:>14.1} {:>14.1} {:>12.1} {:>12.1} {:>10.2}",
                 us(r.p50),
                 us(r.p99),
                 us(f.p50),
                 rss as f64 / 1024.0,
-                disk as f64 / (1 << 20) as f64
+                disk as f64 / (1 << 20) as f64,
+                reopen.as_secs_f64()
             );
             if target >= records {
                 break;
@@ -439,7 +460,7 @@ fn main() {
             t.elapsed().as_secs_f64(),
             report.ops_kept_open
         );
+        drop(ctx);
+        drop(rt);
     });
-    drop(ctx);
-    drop(rt);
 }
