@@ -178,6 +178,12 @@ def main():
             "tool/Shop::refund",
             key("order-4711", [], "Shop::refund", [u64(4711), some("late")]),
         ),
+        # Key fields listed in another order than the parameters: the
+        # key list's order is the one that counts.
+        (
+            "tool/transfer",
+            key("order-4711", [], "transfer", [u64(4711), "bob", "ada"]),
+        ),
     ]
     for name, value in vectors:
         print(name, value)

@@ -67,6 +67,21 @@ async fn charge(ctx: &Ctx, order_id: u64, amount_cents: u32, decline: bool) -> R
     Ok(())
 }
 
+// The key list is not in parameter order: an expansion that fed the
+// fields in parameter order (or any order but the list's) fails here.
+#[tool(class = "provider", key = "order_id, to, from")]
+async fn transfer(
+    ctx: &Ctx,
+    from: String,
+    to: String,
+    order_id: u64,
+    cents: u64,
+) -> Result<(), Fail> {
+    let _ = (from, to, order_id, cents);
+    seen(ctx);
+    Ok(())
+}
+
 struct Shop;
 
 #[tool]
@@ -150,5 +165,15 @@ async fn keys_seen_inside_tool_calls() {
     assert_eq!(
         take_seen(),
         ["shop__refund-fcaca0c134351341013fec038f05a8933f236dcca384d658ef80a3adf5c35a84-g0"]
+    );
+
+    // tool/transfer: key fields in the list's order (order_id, to, from),
+    // not the parameters' (from, to, order_id); `cents` is not a key field.
+    transfer(&ctx, "ada".into(), "bob".into(), 4711, 500)
+        .await
+        .unwrap();
+    assert_eq!(
+        take_seen(),
+        ["transfer-cdcddbffcbb528dc811ce8c9beb7ad81092ef74c5262ace1cf06b641e1d06e95-g0"]
     );
 }

@@ -991,9 +991,11 @@ async fn run_rounds(
             Vec::new()
         };
         round.planned = planned.iter().cloned().collect();
+        let no_faults = round.chaos.is_none();
         let hits_before = summary.crashpoint_hits.clone();
         let jumps_before = summary.window_jumps;
-        let outcome = round.run(worker, &mut span, &mut summary).await;
+        let mut outcome = round.run(worker, &mut span, &mut summary).await;
+        let mut unreached = Vec::new();
         for item in planned {
             let label = item.point().label();
             let done = match item {
@@ -1001,9 +1003,21 @@ async fn run_rounds(
                 Planned::WindowExpiry => summary.window_jumps > jumps_before,
             };
             if !done {
+                if no_faults {
+                    unreached.push(label);
+                }
                 // Not reached (a fault or a violation stopped it): again.
                 coverage.push(item);
             }
+        }
+        if !unreached.is_empty() && outcome.is_ok() {
+            // Without faults the chain reaches every point by construction
+            // (see `coverage_plan`): a miss is a defect, not bad luck, and
+            // retrying it round after round would only end at max_elapsed.
+            outcome = Err(format!(
+                "PLANNED CRASH POINTS NOT REACHED in a fault-free round: {unreached:?} (an \
+                 instrumented point no worker reaches, or a harness defect)"
+            ));
         }
         summary.rounds += 1;
         if let Err(violation) = outcome {
