@@ -13,6 +13,7 @@
 
 #![warn(missing_docs)]
 
+mod dispatch;
 mod duration;
 mod expand;
 mod impl_block;
