@@ -71,6 +71,13 @@ pub use idem_runtime::*;
 #[doc(inline)]
 pub use idem_http as http;
 
+/// Serve `#[tool]`s over the Model Context Protocol, on stdio or streamable
+/// HTTP, with annotations from their class, run identities from `_meta`
+/// and idem's errors as MCP error results (feature `mcp`).
+#[cfg(feature = "mcp")]
+#[doc(inline)]
+pub use idem_mcp as mcp;
+
 /// Makes an async function or `&self` method a retry-safe tool.
 ///
 /// ```text

@@ -33,7 +33,12 @@ static CHARGES: AtomicUsize = AtomicUsize::new(0);
 ///
 /// Once per order.
 #[tool(class = "provider", key = "order_id")]
-async fn charge(ctx: &Ctx, order_id: u64, cents: u32, note: Option<String>) -> Result<String, ApiError> {
+async fn charge(
+    ctx: &Ctx,
+    order_id: u64,
+    cents: u32,
+    note: Option<String>,
+) -> Result<String, ApiError> {
     let _ = ctx.idempotency_key();
     CHARGES.fetch_add(1, Ordering::SeqCst);
     if cents == 0 {
@@ -51,11 +56,17 @@ async fn free_functions_are_listed_and_called() {
     let s = schemas.iter().find(|s| s.name == "charge").unwrap();
     assert_eq!(s.description, "Charges a card.\n\nOnce per order.");
     println!("{}", s.input_schema);
-    let out = idem::dispatch(&ctx, "charge", json!({"order_id": 1, "cents": 5})).await.unwrap();
+    let out = idem::dispatch(&ctx, "charge", json!({"order_id": 1, "cents": 5}))
+        .await
+        .unwrap();
     assert_eq!(out, "1:5:");
-    let err = idem::dispatch(&ctx, "charge", json!({"order_id": "x", "cents": 5})).await.unwrap_err();
+    let err = idem::dispatch(&ctx, "charge", json!({"order_id": "x", "cents": 5}))
+        .await
+        .unwrap_err();
     println!("{err}");
-    let err = idem::dispatch(&ctx, "charge", json!({"order_id": 2, "cents": 0})).await.unwrap_err();
+    let err = idem::dispatch(&ctx, "charge", json!({"order_id": 2, "cents": 0}))
+        .await
+        .unwrap_err();
     println!("{err} {}", err.to_json());
 }
 
@@ -78,10 +89,20 @@ async fn methods_go_through_a_toolbox() {
     let dir = tempfile::tempdir().unwrap();
     let rt = Runtime::open(dir.path()).unwrap();
     let ctx = rt.run("r1");
-    let tools = Toolbox::new().with_methods(Arc::new(Shop { n: AtomicUsize::new(0) })).unwrap();
+    let tools = Toolbox::new()
+        .with_methods(Arc::new(Shop {
+            n: AtomicUsize::new(0),
+        }))
+        .unwrap();
     let s = tools.schemas();
     println!("{:?}", s.iter().map(|s| s.to_json()).collect::<Vec<_>>());
-    let out = tools.dispatch(&ctx, "Shop::open", json!({"title": "abc"})).await.unwrap();
+    let out = tools
+        .dispatch(&ctx, "Shop::open", json!({"title": "abc"}))
+        .await
+        .unwrap();
     assert_eq!(out, 3);
-    let _ = DispatchError::UnknownTool { name: String::new(), known: vec![] };
+    let _ = DispatchError::UnknownTool {
+        name: String::new(),
+        known: vec![],
+    };
 }

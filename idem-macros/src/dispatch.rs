@@ -8,7 +8,7 @@
 //! tool methods, after itself (`impl_block`).
 //!
 //! A dispatcher is generated only where the signature allows one at all:
-//! no generic parameters, no `impl Trait`, no named lifetimes, no `Self`
+//! no generic parameters, no `impl Trait`, nothing borrowed (`&`, lifetimes), no `Self`
 //! in a type, no `#[cfg]` parameter. Whether the types then allow JSON
 //! (`Deserialize` parameters, a `Serialize` result, a `Send` future) is
 //! decided by method resolution on probes (`__private::ArgProbe` and
@@ -43,9 +43,7 @@ pub(crate) fn fn_ineligible(sig: &Signature, shape: &Shape, in_block: bool) -> O
         );
     }
     if !sig.generics.params.is_empty() {
-        return Some(
-            "it is generic, and a dispatcher is one function for one set of types".into(),
-        );
+        return Some("it is generic, and a dispatcher is one function for one set of types".into());
     }
     if shape.params.iter().any(|p| !p.cfg.is_empty()) {
         return Some("a parameter is under `#[cfg(...)]`".into());
@@ -69,9 +67,14 @@ pub(crate) fn fn_ineligible(sig: &Signature, shape: &Shape, in_block: bool) -> O
                 ty.to_token_stream()
             ));
         }
-        if has_named_lifetime(ty) {
+        // Also what the probes cannot judge: a bound that holds for some
+        // lifetimes only (`&str: Deserialize<'de>` for one `'de`) passes
+        // method resolution and fails later, so borrowed types never reach
+        // them.
+        if borrows(ty) {
             return Some(format!(
-                "`{}` has a named lifetime; JSON arguments are owned values",
+                "`{}` borrows; JSON arguments and results are owned values (take `String` \
+                 for `&str`)",
                 ty.to_token_stream()
             ));
         }
@@ -84,7 +87,7 @@ pub(crate) fn block_ineligible(block: &ItemImpl) -> Option<String> {
     if !block.generics.params.is_empty() {
         return Some("the `impl` block is generic".into());
     }
-    if matches!(&*block.self_ty, Type::Reference(_)) || has_named_lifetime(&block.self_ty) {
+    if borrows(&block.self_ty) {
         return Some("the type borrows (a toolbox holds its instance as `Arc<Type>`)".into());
     }
     None
@@ -101,15 +104,16 @@ fn names(ty: &Type, pred: impl Fn(&Ident) -> bool + Copy) -> bool {
     walk(ty.to_token_stream(), &pred)
 }
 
-/// A lifetime other than `'static` and `'_`.
-fn has_named_lifetime(ty: &Type) -> bool {
+/// A reference, or a lifetime other than `'static`, anywhere in the type.
+fn borrows(ty: &Type) -> bool {
     fn walk(ts: TokenStream) -> bool {
         let mut after_quote = false;
         for t in ts {
             match t {
+                proc_macro2::TokenTree::Punct(p) if p.as_char() == '&' => return true,
                 proc_macro2::TokenTree::Punct(p) if p.as_char() == '\'' => after_quote = true,
                 proc_macro2::TokenTree::Ident(i) if after_quote => {
-                    if i != "static" && i != "_" {
+                    if i != "static" {
                         return true;
                     }
                     after_quote = false;
@@ -209,7 +213,11 @@ fn dispatcher(tool: &Tool, attrs: &[Attribute], callee: Callee<'_>) -> TokenStre
         Callee::Method {
             qualified, by_arc, ..
         } => {
-            let recv = if *by_arc { quote!(#this) } else { quote!(&**#this) };
+            let recv = if *by_arc {
+                quote!(#this)
+            } else {
+                quote!(&**#this)
+            };
             quote!(#qualified(#recv, #ctx, #(#args),*))
         }
     };
@@ -240,18 +248,23 @@ fn dispatcher(tool: &Tool, attrs: &[Attribute], callee: Callee<'_>) -> TokenStre
             quote!(#p::args_schema(::std::vec![#(#entries),*]))
         }
     };
-    let checks = json_names.iter().zip(&types).map(|(n, ty)| {
-        quote!((&&&#p::ArgProbe::<#ty>::new()).check(#n)?;)
-    });
+    let checks = json_names
+        .iter()
+        .zip(&types)
+        .map(|(n, ty)| quote!((&&&#p::ArgProbe::<#ty>::new()).check(#n)?;));
 
-    let decoded = json_names.iter().zip(&types).zip(&values).map(|((n, ty), v)| {
-        quote! {
-            let #v: #ty = match (&&&#p::ArgProbe::<#ty>::new()).take(&mut #reader, #n) {
-                ::core::result::Result::Ok(#ok_v) => #ok_v,
-                ::core::result::Result::Err(#err_v) => return #p::ready_err(#err_v),
-            };
-        }
-    });
+    let decoded = json_names
+        .iter()
+        .zip(&types)
+        .zip(&values)
+        .map(|((n, ty), v)| {
+            quote! {
+                let #v: #ty = match (&&&#p::ArgProbe::<#ty>::new()).take(&mut #reader, #n) {
+                    ::core::result::Result::Ok(#ok_v) => #ok_v,
+                    ::core::result::Result::Err(#err_v) => return #p::ready_err(#err_v),
+                };
+            }
+        });
     let value_tokens: Vec<TokenStream> = values.iter().map(|v| quote!(#v)).collect();
     let real_call = invoke(quote!(#ctx), &value_tokens, quote!(#this));
 

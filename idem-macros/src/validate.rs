@@ -455,8 +455,7 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         .as_ref()
         .and_then(|(name, value)| bool_arg(name, value, &mut errors));
     if dispatch == Dispatch::Required {
-        if let Some(why) = crate::dispatch::fn_ineligible(&item.sig, &shape, impl_type.is_some())
-        {
+        if let Some(why) = crate::dispatch::fn_ineligible(&item.sig, &shape, impl_type.is_some()) {
             let at = raw
                 .dispatch
                 .as_ref()

@@ -23,8 +23,7 @@ use crate::error::ToolError;
 use crate::failure::{Classify, Failure};
 
 /// What a free function's dispatcher is.
-pub type FreeCall =
-    for<'a> fn(&'a Ctx, Value) -> BoxFuture<'a, Result<Value, DispatchError>>;
+pub type FreeCall = for<'a> fn(&'a Ctx, Value) -> BoxFuture<'a, Result<Value, DispatchError>>;
 
 /// What a method's dispatcher is: the instance is an `Arc<Self>` behind
 /// `dyn Any`.
@@ -346,7 +345,12 @@ pub trait ResultOpaque<T> {
 
 impl<T> ResultOpaque<T> for &ResultProbe<T> {
     fn encoder(&self) -> fn(&T) -> Result<Value, String> {
-        |_| Err(format!("`{}` is not `Serialize`", std::any::type_name::<T>()))
+        |_| {
+            Err(format!(
+                "`{}` is not `Serialize`",
+                std::any::type_name::<T>()
+            ))
+        }
     }
     fn check(&self) -> Result<(), String> {
         Err(format!(
@@ -463,9 +467,11 @@ impl<'a, F: Future> FutureLocal<'a> for &SendProbe<F> {
         })
     }
     fn check(&self) -> Result<(), String> {
-        Err("its future is not `Send` (it holds something that is not `Send`, such as an \
+        Err(
+            "its future is not `Send` (it holds something that is not `Send`, such as an \
              `Rc` or a `std::sync::MutexGuard`, across an `.await`)"
-            .into())
+                .into(),
+        )
     }
 }
 
@@ -512,9 +518,15 @@ mod tests {
         assert!(!(&&&ArgProbe::<u64>::new()).optional());
         assert!((&&&ArgProbe::<Option<u64>>::new()).optional());
         let err = (&&&ArgProbe::<Opaque>::new()).check("o").unwrap_err();
-        assert!(err.contains("parameter `o`") && err.contains("Opaque"), "{err}");
+        assert!(
+            err.contains("parameter `o`") && err.contains("Opaque"),
+            "{err}"
+        );
         assert_eq!((&&&&ArgProbe::<u8>::new()).schema()["maximum"], 255);
-        assert_eq!((&&&&ArgProbe::<Opaque>::new()).schema(), serde_json::json!({}));
+        assert_eq!(
+            (&&&&ArgProbe::<Opaque>::new()).schema(),
+            serde_json::json!({})
+        );
         assert!((&&&ResultProbe::<String>::new()).check().is_ok());
         assert!((&&&ResultProbe::<Opaque>::new()).check().is_err());
     }
@@ -540,6 +552,8 @@ mod tests {
         assert_eq!(r.take::<Option<String>>("note").unwrap(), None);
         let mut r = ArgsReader::new("mail", PARAMS, Value::Null).unwrap();
         let err = r.take::<String>("to").unwrap_err();
-        assert!(err.to_string().ends_with("argument `to`: missing (it is required)"));
+        assert!(err
+            .to_string()
+            .ends_with("argument `to`: missing (it is required)"));
     }
 }

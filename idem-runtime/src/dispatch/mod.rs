@@ -190,10 +190,12 @@ fn call<'a>(
     match (d.call, instance) {
         (Call::Free(f), _) => f(ctx, args),
         (Call::Method { call, .. }, Some(this)) => call(this, ctx, args),
-        (Call::Method { type_name, .. }, None) => generated::ready_err(DispatchError::Unavailable {
-            tool: d.name.into(),
-            reason: format!("it is a method of `{type_name}`: call it through a Toolbox"),
-        }),
+        (Call::Method { type_name, .. }, None) => {
+            generated::ready_err(DispatchError::Unavailable {
+                tool: d.name.into(),
+                reason: format!("it is a method of `{type_name}`: call it through a Toolbox"),
+            })
+        }
     }
 }
 
@@ -375,7 +377,10 @@ fn schemars_schema<T: schemars::JsonSchema + ?Sized>() -> Value {
     let settings = schemars::generate::SchemaSettings::draft2020_12().with(|s| {
         s.inline_subschemas = true;
     });
-    let mut schema = settings.into_generator().into_root_schema_for::<T>().to_value();
+    let mut schema = settings
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value();
     if let Value::Object(map) = &mut schema {
         map.remove("$schema");
     }

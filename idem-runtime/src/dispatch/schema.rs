@@ -238,7 +238,14 @@ macro_rules! tuples {
         }
     )*};
 }
-tuples!((A), (A, B), (A, B, C), (A, B, C, D), (A, B, C, D, F), (A, B, C, D, F, G));
+tuples!(
+    (A),
+    (A, B),
+    (A, B, C),
+    (A, B, C, D),
+    (A, B, C, D, F),
+    (A, B, C, D, F, G)
+);
 
 #[cfg(test)]
 mod tests {
