@@ -24,7 +24,9 @@ use serde_json::{json, Value};
 static CLIENTS: OnceLock<Clients> = OnceLock::new();
 
 fn clients() -> &'static Clients {
-    CLIENTS.get().expect("clients are set before the loop starts")
+    CLIENTS
+        .get()
+        .expect("clients are set before the loop starts")
 }
 
 /// Why a tool failed; the testkit's errors already classify themselves.
@@ -63,7 +65,12 @@ async fn lookup_order(_ctx: &Ctx, order_id: u64) -> Result<Value, ShopError> {
 
 /// Charges the customer for an order. Once per order; a second call with
 /// another amount is refused, not charged.
-#[tool(class = "provider", key = "order_id", on_drift = "reject", timeout = "2s")]
+#[tool(
+    class = "provider",
+    key = "order_id",
+    on_drift = "reject",
+    timeout = "2s"
+)]
 async fn charge(
     ctx: &Ctx,
     order_id: u64,
@@ -109,7 +116,10 @@ async fn receipt_sent(ctx: &Ctx) -> Result<Verdict<SentMessage>, ShopError> {
         .email
         .find_by_key(ctx.idempotency_key().as_str())
         .await?;
-    Ok(found.into_iter().next().map_or(Verdict::NotLanded, Verdict::Landed))
+    Ok(found
+        .into_iter()
+        .next()
+        .map_or(Verdict::NotLanded, Verdict::Landed))
 }
 
 /// One function call of the model.
@@ -173,7 +183,10 @@ pub struct Summary {
 }
 
 /// Runs the loop against fresh providers, writing what happens to `out`.
-pub async fn run(journal: &std::path::Path, out: &mut dyn std::io::Write) -> std::io::Result<Summary> {
+pub async fn run(
+    journal: &std::path::Path,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<Summary> {
     let providers = Providers::start().await?;
     let _ = CLIENTS.set(providers.addrs().clients());
     let rt = Runtime::open(journal).map_err(std::io::Error::other)?;
@@ -182,7 +195,11 @@ pub async fn run(journal: &std::path::Path, out: &mut dyn std::io::Write) -> std
     let tools: Vec<Value> = idem::tool_schemas().iter().map(|s| s.to_json()).collect();
     writeln!(out, "tools given to the model:")?;
     for t in &tools {
-        writeln!(out, "  {} ({}): {}", t["name"], t["class"], t["input_schema"])?;
+        writeln!(
+            out,
+            "  {} ({}): {}",
+            t["name"], t["class"], t["input_schema"]
+        )?;
     }
 
     let mut summary = Summary::default();

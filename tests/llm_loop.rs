@@ -28,17 +28,27 @@ async fn the_loop_runs_each_operation_once_and_says_what_was_replayed() {
     );
     let lines: Vec<&str> = text.lines().collect();
     // The model was shown the three tools with their schemas.
-    assert!(lines.iter().any(|l| l.starts_with("  \"charge\" (\"provider\"): {")
-        && l.contains("\"required\":[\"order_id\",\"customer\",\"amount_cents\",\"currency\"]")));
+    assert!(lines
+        .iter()
+        .any(|l| l.starts_with("  \"charge\" (\"provider\"): {")
+            && l.contains(
+                "\"required\":[\"order_id\",\"customer\",\"amount_cents\",\"currency\"]"
+            )));
     // The reworded receipt is replayed, with the drift noted; the other
     // amount is refused with what the model may do.
     assert!(
         lines.contains(&"model calls send_receipt {\"body\":\"Thanks for your order 4711!\",\"order_id\":4711,\"to\":\"ann@example.com\"}"),
         "{text}"
     );
-    assert!(text.contains("  replayed from the journal (arguments drifted): {"), "{text}");
+    assert!(
+        text.contains("  replayed from the journal (arguments drifted): {"),
+        "{text}"
+    );
     assert!(text.contains("\"error\":\"args_mismatch\""), "{text}");
-    assert!(text.contains("call again with the original arguments"), "{text}");
+    assert!(
+        text.contains("call again with the original arguments"),
+        "{text}"
+    );
     assert!(text.contains("\"error\":\"unknown_tool\""), "{text}");
     assert!(
         text.ends_with(
