@@ -48,6 +48,17 @@ pub(crate) fn fn_ineligible(sig: &Signature, shape: &Shape, in_block: bool) -> O
     if shape.params.iter().any(|p| !p.cfg.is_empty()) {
         return Some("a parameter is under `#[cfg(...)]`".into());
     }
+    // The dispatcher passes an `&idem::Ctx`; a context written otherwise
+    // (or wrongly) is left to the wrapper's own error.
+    let ctx_is_ctx = shape.ctx.as_ref().is_some_and(|c| match &c.ty {
+        Type::Reference(r) => {
+            matches!(&*r.elem, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Ctx"))
+        }
+        _ => false,
+    });
+    if !ctx_is_ctx {
+        return Some("its context is not written `&Ctx`".into());
+    }
     let types = shape
         .params
         .iter()
@@ -58,13 +69,13 @@ pub(crate) fn fn_ineligible(sig: &Signature, shape: &Shape, in_block: bool) -> O
         if contains_impl_trait(ty) {
             return Some(format!(
                 "`{}` is an `impl Trait`, which a dispatcher cannot name",
-                ty.to_token_stream()
+                written(ty)
             ));
         }
         if names(ty, |i| i == "Self") {
             return Some(format!(
                 "`{}` names `Self`; write the type's name instead",
-                ty.to_token_stream()
+                written(ty)
             ));
         }
         // Also what the probes cannot judge: a bound that holds for some
@@ -75,11 +86,26 @@ pub(crate) fn fn_ineligible(sig: &Signature, shape: &Shape, in_block: bool) -> O
             return Some(format!(
                 "`{}` borrows; JSON arguments and results are owned values (take `String` \
                  for `&str`)",
-                ty.to_token_stream()
+                written(ty)
             ));
         }
     }
     None
+}
+
+/// A type as one would write it (`&str`, not `& str`).
+fn written(ty: &Type) -> String {
+    let text = ty.to_token_stream().to_string();
+    [
+        ("& ", "&"),
+        (" :: ", "::"),
+        (" <", "<"),
+        ("< ", "<"),
+        (" >", ">"),
+        (" ,", ","),
+    ]
+    .iter()
+    .fold(text, |t, (from, to)| t.replace(from, to))
 }
 
 /// Why a `#[tool]` impl block cannot register its methods for dispatch.

@@ -103,9 +103,11 @@ impl<T: ToolSet + ?Sized> ToolSet for Arc<T> {
     }
 }
 
-/// The dispatchable tools of this binary, by name, with their descriptors.
+/// The dispatchable tools of this binary, by name, with their descriptors;
+/// and those whose types do not allow JSON, with the reason.
 struct Registry {
     by_name: BTreeMap<&'static str, (&'static Dispatcher, &'static ToolDescriptor)>,
+    unavailable: BTreeMap<&'static str, String>,
 }
 
 fn registry() -> &'static Registry {
@@ -113,12 +115,53 @@ fn registry() -> &'static Registry {
     REGISTRY.get_or_init(|| {
         let descriptors: BTreeMap<&str, &'static ToolDescriptor> =
             tools().map(|t| (t.name, t)).collect();
-        let by_name = generated::registered()
-            .filter(|d| (d.available)().is_ok())
-            .filter_map(|d| descriptors.get(d.name).map(|t| (d.name, (d, *t))))
-            .collect();
-        Registry { by_name }
+        let mut registry = Registry {
+            by_name: BTreeMap::new(),
+            unavailable: BTreeMap::new(),
+        };
+        for d in generated::registered() {
+            let Some(t) = descriptors.get(d.name) else {
+                continue;
+            };
+            match (d.available)() {
+                Ok(()) => {
+                    registry.by_name.insert(d.name, (d, *t));
+                }
+                Err(reason) => {
+                    registry.unavailable.insert(d.name, reason);
+                }
+            }
+        }
+        registry
     })
+}
+
+/// Why `name` is not a free-function tool that [`dispatch`] can call.
+fn not_free(name: &str) -> DispatchError {
+    let r = registry();
+    if let Some(reason) = r.unavailable.get(name) {
+        return DispatchError::Unavailable {
+            tool: name.into(),
+            reason: reason.clone(),
+        };
+    }
+    if let Some((
+        Dispatcher {
+            call: Call::Method { type_name, .. },
+            ..
+        },
+        _,
+    )) = r.by_name.get(name)
+    {
+        return DispatchError::Unavailable {
+            tool: name.into(),
+            reason: format!(
+                "it is a method of `{type_name}`: call it through a Toolbox holding the instance \
+                 (Toolbox::new().with_methods(..))"
+            ),
+        };
+    }
+    unknown(name, tool_schemas().iter().map(|s| s.name))
 }
 
 fn schema_of(d: &Dispatcher, t: &'static ToolDescriptor) -> ToolSchema {
@@ -166,11 +209,13 @@ pub fn tool_schemas() -> Vec<ToolSchema> {
 /// (`null` for none); an entry may be left out when its type decodes from
 /// `null` (an `Option`). An unknown tool, an unknown or missing argument,
 /// or a value that does not decode is an error naming it, and nothing is
-/// run. Method tools are called through a [`Toolbox`].
+/// run; so is a tool whose types do not allow JSON
+/// ([`DispatchError::Unavailable`], with the reason). Method tools are
+/// called through a [`Toolbox`].
 pub async fn dispatch(ctx: &Ctx, name: &str, args: Value) -> Result<Value, DispatchError> {
     match registry().by_name.get(name) {
         Some((d, _)) if is_free(d) => call(d, None, ctx, args).await,
-        _ => Err(unknown(name, tool_schemas().iter().map(|s| s.name))),
+        _ => Err(not_free(name)),
     }
 }
 
@@ -290,7 +335,7 @@ impl Toolbox {
                 self.entries.insert(d.name, Entry::new(d, t, None));
                 Ok(self)
             }
-            _ => Err(unknown(name, tool_schemas().iter().map(|s| s.name))),
+            _ => Err(not_free(name)),
         }
     }
 
