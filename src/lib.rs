@@ -598,7 +598,7 @@ pub use idem_mcp as mcp;
 /// waits until the dead attempt would have timed out in the call itself —
 /// its start, plus `timeout`, plus the backoff — before it asks. That wait
 /// can be as long as `timeout`: it is recorded as an
-/// [`EventKind::Settling`](crate::EventKind::Settling) audit event (and a
+/// [`EventKind::Settling`] audit event (and a
 /// `tracing` event) with its length, so a host that gives up on slow tool
 /// calls sees why. Choose the longest an attempt may really take.
 ///

@@ -96,6 +96,7 @@ pub fn ready_err<'a>(e: DispatchError) -> BoxFuture<'a, Result<Value, DispatchEr
 }
 
 /// The arguments of one call, read parameter by parameter.
+#[derive(Debug)]
 pub struct ArgsReader {
     tool: &'static str,
     map: Map<String, Value>,
