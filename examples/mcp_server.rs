@@ -9,11 +9,15 @@
 //! wire outcome is escalated to an operator. Calls name their run in the
 //! request's `_meta`: `{"idem/run": "order-4711"}`.
 //!
-//! The user's side of it is `main` below, a dozen lines; the rest of this
-//! file is the demo's plumbing (where the providers are, how to die).
+//! The user's side of it is the first lines of `main` below: open the
+//! runtime, put the tools in a `Toolbox`, serve it (and `#[tool]` on the
+//! tools' `impl` block, in `agent/shop.rs`); the rest of this file is the
+//! demo's plumbing (where the providers are, how to die, which transport).
 //!
 //! Options:
 //! - `--journal DIR` keeps the journal in DIR (default: a temporary one).
+//! - `--http ADDR` serves streamable HTTP at `http://ADDR/mcp` instead of
+//!   stdio (`--http 127.0.0.1:8080`).
 //! - Providers: started by the server itself, unless their addresses are in
 //!   the `IDEM_TESTKIT_*_ADDR` variables (so they outlive a killed server).
 //! - `IDEM_MCP_KILL_AT=TOOL` makes the server SIGKILL itself when TOOL's
@@ -38,29 +42,41 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let rt = Runtime::open(&journal)?;
     let tools = Toolbox::new().with_methods(Arc::new(shop))?;
-    eprintln!(
-        "idem mcp_server: {} tools over stdio, journal {}",
-        tools.names().count(),
-        journal.display()
-    );
-    McpServer::new(rt, tools)
+    let server = McpServer::new(rt, tools)
         .with_server_info("idem-demo-shop", env!("CARGO_PKG_VERSION"))
         .with_instructions(
             "Order tools made safe to retry by idem. Send {\"idem/run\": \"<order id>\"} in each \
              call's _meta: the same call in the same run is done once.",
-        )
-        .serve_stdio()
-        .await?;
+        );
+    eprintln!(
+        "idem mcp_server: {} tools, journal {}",
+        server.tools().len(),
+        journal.display()
+    );
+    match option("--http") {
+        None => server.serve_stdio().await?,
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(&addr).await?;
+            eprintln!("serving http://{}/mcp", listener.local_addr()?);
+            // Until the process is stopped.
+            let shutdown = idem::mcp::CancellationToken::new();
+            server.serve_http(listener, shutdown).await?;
+        }
+    }
     Ok(())
+}
+
+/// The value after `name` on the command line.
+fn option(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1).cloned()
 }
 
 /// `--journal DIR`, or a temporary directory (kept until exit).
 fn journal_dir() -> std::io::Result<(PathBuf, Option<tempfile::TempDir>)> {
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--journal") {
-        if let Some(dir) = args.get(i + 1) {
-            return Ok((PathBuf::from(dir), None));
-        }
+    if let Some(dir) = option("--journal") {
+        return Ok((PathBuf::from(dir), None));
     }
     let temp = tempfile::tempdir()?;
     Ok((temp.path().join("journal"), Some(temp)))

@@ -73,6 +73,8 @@ pub use server::{annotations, mcp_name, McpServer};
 /// The parts of rmcp this crate's API uses, for code that needs to name
 /// them (a custom HTTP config, a tool listing).
 pub use rmcp;
+/// Stops [`McpServer::serve_http`] when cancelled.
+pub use tokio_util::sync::CancellationToken;
 
 /// Why serving stopped.
 #[derive(Debug, thiserror::Error)]

@@ -278,7 +278,7 @@ async fn streamable_http_serves_the_same_tools() {
     let bank = Arc::new(Bank::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let shutdown = tokio_util::sync::CancellationToken::new();
+    let shutdown = idem::mcp::CancellationToken::new();
     let serving = tokio::spawn(server(&rt, &bank).serve_http(listener, shutdown.clone()));
 
     let transport = StreamableHttpClientTransport::from_uri(format!("http://{addr}/mcp"));
