@@ -3,7 +3,8 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use idem::mcp::McpServer;
+//! # use idem_mcp as mcp; // as `idem::mcp` is to users of the facade
+//! use mcp::McpServer; // idem::mcp::McpServer
 //! use idem::{Runtime, Toolbox};
 //!
 //! let rt = Runtime::open("./journal")?;

@@ -2,16 +2,17 @@
 //! pipe (the stdio transport's framing), and over streamable HTTP on
 //! 127.0.0.1. The Python client test (tests/mcp_python_client.rs at the
 //! workspace root) covers a client nobody here wrote; this one is fast and
-//! covers each rule of the server.
+//! covers each rule of the server. (It names this crate `idem_mcp`; users
+//! write `idem::mcp`.)
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use idem::mcp::rmcp::model::{CallToolRequestParams, CallToolResult, RequestMetaObject};
-use idem::mcp::rmcp::service::RunningService;
-use idem::mcp::rmcp::{RoleClient, ServiceExt};
-use idem::mcp::{McpServer, RunIdentity};
 use idem::{tool, Classify, Ctx, Failure, Runtime, Toolbox};
+use idem_mcp::rmcp::model::{CallToolRequestParams, CallToolResult, RequestMetaObject};
+use idem_mcp::rmcp::service::RunningService;
+use idem_mcp::rmcp::{RoleClient, ServiceExt};
+use idem_mcp::{McpServer, RunIdentity};
 use serde_json::{json, Value};
 
 #[derive(Debug)]
@@ -271,14 +272,14 @@ async fn a_resolver_gives_the_run_when_meta_does_not() {
 
 #[tokio::test]
 async fn streamable_http_serves_the_same_tools() {
-    use idem::mcp::rmcp::transport::StreamableHttpClientTransport;
+    use idem_mcp::rmcp::transport::StreamableHttpClientTransport;
 
     let dir = tempfile::tempdir().unwrap();
     let rt = Runtime::open(dir.path()).unwrap();
     let bank = Arc::new(Bank::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let shutdown = idem::mcp::CancellationToken::new();
+    let shutdown = idem_mcp::CancellationToken::new();
     let serving = tokio::spawn(server(&rt, &bank).serve_http(listener, shutdown.clone()));
 
     let transport = StreamableHttpClientTransport::from_uri(format!("http://{addr}/mcp"));
