@@ -38,7 +38,7 @@
 //!     base: String,
 //! }
 //!
-//! #[tool]
+//! #[tool] // names its tools `Payments::charge`
 //! impl Payments {
 //!     #[tool(class = "provider", key = "order_id")]
 //!     async fn charge(&self, ctx: &Ctx, order_id: u64, cents: u64) -> Result<Charge, HttpError> {

@@ -150,7 +150,7 @@ async fn a_500_after_applying_is_retried_with_the_same_key_and_replayed() {
     assert_eq!(server.requests(), 2);
     let key = first.header("idempotency-key").unwrap();
     assert_eq!(second.header("idempotency-key"), Some(key));
-    assert!(key.starts_with("charge-"), "{key}");
+    assert!(key.starts_with("payments__charge-"), "{key}");
     assert_eq!(
         provider_replays(&rt).await,
         vec![2],

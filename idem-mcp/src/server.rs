@@ -25,6 +25,7 @@ pub struct McpServer {
     inner: Arc<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     rt: Runtime,
     tools: Arc<dyn ToolSet>,
@@ -104,8 +105,10 @@ impl McpServer {
         }
     }
 
+    /// This server's settings, copied first if a clone shares them (the
+    /// clone keeps the old ones).
     fn inner_mut(&mut self) -> &mut Inner {
-        Arc::get_mut(&mut self.inner).expect("configured before it is served or cloned")
+        Arc::make_mut(&mut self.inner)
     }
 
     /// Derives the run identity of calls whose `_meta` has none (from the
