@@ -3,14 +3,21 @@
 //! in one run and on the journal's own disk, that floor and everything idem
 //! adds to it, and prints the ratios DESIGN.md §8 sets targets for:
 //!
-//! - fdatasync p50 of a small append (the floor's unit);
+//! - fdatasync p50 of a small append (the floor's unit), measured in blocks
+//!   interleaved with blocks of fresh calls, so that the disk's drift over
+//!   the run weighs on both alike;
 //! - a fresh journaled call of a no-op provider tool (target: p50 within
 //!   1.5 × two fdatasyncs);
-//! - replay of a committed result (target: p50 under 20 µs);
+//! - replay of a committed result, keys drawn uniformly from every
+//!   operation in the journal (target: p50 under 20 µs);
 //! - a read-only call against a plain async fn (target: under 1 µs more);
-//! - 64 concurrent tasks making fresh calls (target: 10 × sequential);
+//! - 64 concurrent tasks making fresh calls, against the sequential rate
+//!   measured the same way (wall clock, fresh keys) in blocks interleaved
+//!   with the concurrent ones (target: 10 × sequential);
 //! - a journal of a million operations: lookup and replay latency as it
-//!   grows, memory, size on disk, and how long retention takes to prune it.
+//!   grows, memory, size on disk, how long a reopen takes at each size (the
+//!   open checks all of sled's content against the recorded digest), and
+//!   how long retention takes to prune it.
 //!
 //! Run with `cargo bench --bench overhead`. `IDEM_BENCH_RECORDS` sets the
 //! scale (default 1000000); `IDEM_BENCH_DIR` where the journal lives
@@ -80,24 +87,69 @@ fn line(name: &str, s: &Summary) {
     );
 }
 
-/// fdatasync of a 128-byte append, in the journal's directory.
-fn fdatasync_floor(dir: &Path, n: usize) -> Summary {
-    let path = dir.join("fdatasync-probe");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .expect("probe file");
-    let mut samples = Vec::with_capacity(n);
-    for _ in 0..n {
-        f.write_all(&[0xA5; 128]).expect("append");
-        let t = Instant::now();
-        f.sync_data().expect("fdatasync");
-        samples.push(t.elapsed());
+/// fdatasyncs of 128-byte appends to a probe file in the journal's
+/// directory: the floor, sampled a block at a time between the calls.
+struct Floor {
+    file: std::fs::File,
+    path: PathBuf,
+    samples: Vec<Duration>,
+}
+
+impl Floor {
+    fn new(dir: &Path) -> Floor {
+        let path = dir.join("fdatasync-probe");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .expect("probe file");
+        Floor {
+            file,
+            path,
+            samples: Vec::new(),
+        }
     }
-    drop(f);
-    let _ = std::fs::remove_file(path);
-    summarize(samples)
+
+    fn block(&mut self, n: usize) {
+        for _ in 0..n {
+            self.file.write_all(&[0xA5; 128]).expect("append");
+            let t = Instant::now();
+            self.file.sync_data().expect("fdatasync");
+            self.samples.push(t.elapsed());
+        }
+    }
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The operations committed so far, as key ranges: what replays draw from.
+#[derive(Default)]
+struct Committed(Vec<std::ops::Range<u64>>);
+
+impl Committed {
+    fn add(&mut self, keys: std::ops::Range<u64>) {
+        self.0.push(keys);
+    }
+
+    fn len(&self) -> u64 {
+        self.0.iter().map(|r| r.end - r.start).sum()
+    }
+
+    /// The `i`-th committed key, `i < len()`.
+    fn nth(&self, mut i: u64) -> u64 {
+        for r in &self.0 {
+            let n = r.end - r.start;
+            if i < n {
+                return r.start + i;
+            }
+            i -= n;
+        }
+        unreachable!("index past the committed keys")
+    }
 }
 
 fn rss_kib() -> (u64, u64) {
@@ -123,6 +175,21 @@ async fn fresh_calls(ctx: &Ctx, keys: std::ops::Range<u64>) -> Vec<Duration> {
     samples
 }
 
+/// `n` fresh calls one after the other; calls per second, wall clock.
+async fn sequential(ctx: &Ctx, keys: std::ops::Range<u64>) -> f64 {
+    let n = keys.end - keys.start;
+    let started = Instant::now();
+    for k in keys {
+        charge_noop(ctx, k).await.expect("sequential call");
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// Fresh calls from `tasks` concurrent tasks; returns calls per second.
 async fn concurrent(ctx: &Ctx, tasks: u64, per_task: u64, base: u64) -> f64 {
     let started = Instant::now();
@@ -143,8 +210,10 @@ async fn concurrent(ctx: &Ctx, tasks: u64, per_task: u64, base: u64) -> f64 {
     (tasks * per_task) as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Replays of `n` committed keys drawn from `0..population` (splitmix64).
-async fn replays(ctx: &Ctx, population: u64, n: usize, seed: u64) -> Summary {
+/// Replays of `n` keys drawn uniformly (splitmix64) from every operation
+/// committed so far.
+async fn replays(ctx: &Ctx, committed: &Committed, n: usize, seed: u64) -> Summary {
+    let population = committed.len();
     let mut state = seed;
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
@@ -152,7 +221,7 @@ async fn replays(ctx: &Ctx, population: u64, n: usize, seed: u64) -> Summary {
         let mut z = state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        let key = (z ^ (z >> 31)) % population;
+        let key = committed.nth((z ^ (z >> 31)) % population);
         let t = Instant::now();
         charge_noop(ctx, key).await.expect("replay");
         samples.push(t.elapsed());
@@ -193,33 +262,48 @@ fn main() {
     );
     println!();
 
-    let floor = fdatasync_floor(tmp.path(), 2000);
-    line("fdatasync, 128-byte append (the floor)", &floor);
-
+    let mut floor = Floor::new(tmp.path());
     let clock = ManualClock::new(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0),
     );
-    let rt = Runtime::builder()
-        .path(&journal_dir)
-        .clock(Arc::new(clock.clone()))
-        .open()
-        .expect("journal");
-    let ctx = rt.run("bench");
+    let open = || {
+        Runtime::builder()
+            .path(&journal_dir)
+            .clock(Arc::new(clock.clone()))
+            .open()
+            .expect("journal")
+    };
+    let mut rt = open();
+    let mut ctx = rt.run("bench");
+    let mut committed = Committed::default();
 
     tokio.block_on(async {
         // Warm up: the log segment, sled's first pages.
         fresh_calls(&ctx, 10_000_000..10_000_200).await;
+        committed.add(10_000_000..10_000_200);
 
+        // The floor and fresh calls in alternating blocks: 20 x (100
+        // fdatasyncs, 150 calls).
         let seq = 3000;
-        let fresh_samples = fresh_calls(&ctx, 0..seq).await;
-        let seq_secs: f64 = fresh_samples.iter().map(Duration::as_secs_f64).sum();
+        let mut fresh_samples = Vec::with_capacity(seq as usize);
+        for b in 0..20u64 {
+            floor.block(100);
+            let keys = b * 150..(b + 1) * 150;
+            fresh_samples.extend(fresh_calls(&ctx, keys.clone()).await);
+            committed.add(keys);
+        }
+        let floor_summary = summarize(std::mem::take(&mut floor.samples));
+        line("fdatasync, 128-byte append (the floor)", &floor_summary);
         let fresh = summarize(fresh_samples);
         line("fresh provider call (INTENT + COMMIT)", &fresh);
-        let replay = replays(&ctx, seq, 20_000, 1).await;
-        line("replay of a committed result", &replay);
+        let replay = replays(&ctx, &committed, 20_000, 1).await;
+        line(
+            &format!("replay of a committed result (of {})", committed.len()),
+            &replay,
+        );
 
         // read_only: the same no-op through the attribute and as a plain fn,
         // in batches, so timer resolution does not dominate.
@@ -246,18 +330,41 @@ fn main() {
             &summarize(overhead.clone()),
         );
 
+        // 64 concurrent tasks against one sequential caller, alternating
+        // blocks (each block: fresh keys of its own, wall-clock rate).
         let tasks = 64;
-        let per_task = 200;
-        let conc = concurrent(&ctx, tasks, per_task, 1_000_000_000).await;
-        let seq_rate = seq as f64 / seq_secs;
+        let per_task = 40;
+        let seq_block = 300u64;
+        let (mut conc_rates, mut seq_rates) = (Vec::new(), Vec::new());
+        for b in 0..5u64 {
+            let base = 1_000_000_000 + b * 10_000;
+            seq_rates.push(sequential(&ctx, base..base + seq_block).await);
+            committed.add(base..base + seq_block);
+            let base = 1_500_000_000 + b * tasks * per_task;
+            conc_rates.push(concurrent(&ctx, tasks, per_task, base).await);
+            committed.add(base..base + tasks * per_task);
+        }
+        let (conc, seq_rate) = (median(conc_rates.clone()), median(seq_rates.clone()));
+        let rates = |v: &[f64]| {
+            v.iter()
+                .map(|r| format!("{r:.0}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         println!(
-            "{:<44} {conc:>9.0} calls/s (sequential: {seq_rate:.0} calls/s)",
-            format!("{tasks} concurrent tasks, fresh calls")
+            "{:<44} {conc:>9.0} calls/s median (blocks: {})",
+            format!("{tasks} concurrent tasks, fresh calls"),
+            rates(&conc_rates)
+        );
+        println!(
+            "{:<44} {seq_rate:>9.0} calls/s median (blocks: {})",
+            "one task, fresh calls (the baseline)",
+            rates(&seq_rates)
         );
 
         println!();
         println!("ratios (DESIGN.md §8 targets in brackets)");
-        let two = 2.0 * us(floor.p50);
+        let two = 2.0 * us(floor_summary.p50);
         println!(
             "  fresh p50 / (2 x fdatasync p50)          {:>6.2}   [<= 1.5]   ({:.1} us / {:.1} us)",
             us(fresh.p50) / two,
@@ -273,17 +380,23 @@ fn main() {
             us(summarize(overhead).p50)
         );
         println!(
-            "  concurrent / sequential throughput       {:>6.1}   [>= 10]",
+            "  concurrent / sequential throughput       {:>6.1}   [>= 10]   ({conc:.0} / {seq_rate:.0} calls/s)",
             conc / seq_rate
         );
 
         println!();
         println!("scale: lookup and replay as the journal grows to {records} operations");
         println!(
-            "{:>10} {:>14} {:>14} {:>14} {:>12} {:>12}",
-            "operations", "replay p50 us", "replay p99 us", "fresh p50 us", "RSS MiB", "disk MiB"
+            "{:>10} {:>14} {:>14} {:>14} {:>12} {:>12} {:>10}",
+            "operations",
+            "replay p50 us",
+            "replay p99 us",
+            "fresh p50 us",
+            "RSS MiB",
+            "disk MiB",
+            "reopen s"
         );
-        let mut have = seq;
+        let mut have = committed.len();
         let mut next = 10_000u64;
         let populate_base = 2_000_000_000u64;
         let mut filled = 0u64;
@@ -294,23 +407,33 @@ fn main() {
                 let missing = target - have;
                 let per = missing.div_ceil(64);
                 concurrent(&ctx, 64, per, populate_base + filled).await;
+                committed.add(populate_base + filled..populate_base + filled + 64 * per);
                 filled += 64 * per;
-                have += 64 * per;
             }
-            let r = replays(&ctx, seq, 5000, have).await;
-            let f = summarize(
-                fresh_calls(&ctx, 3_000_000_000 + have..3_000_000_000 + have + 300).await,
-            );
-            have += 300;
+            let r = replays(&ctx, &committed, 5000, have).await;
+            let keys = 3_000_000_000 + have..3_000_000_000 + have + 300;
+            let f = summarize(fresh_calls(&ctx, keys.clone()).await);
+            committed.add(keys);
+            have = committed.len();
             let (rss, _) = rss_kib();
             let disk = rt.size_on_disk().await.unwrap_or(0);
+            // Close and open again: what a restart costs at this size,
+            // including the open's check of sled's whole content against
+            // the recorded digest (a full scan) and its checkpoint.
+            drop(ctx);
+            drop(rt);
+            let t = Instant::now();
+            rt = open();
+            let reopen = t.elapsed();
+            ctx = rt.run("bench");
             println!(
-                "{have:>10} {:>14.1} {:>14.1} {:>14.1} {:>12.1} {:>12.1}",
+                "{have:>10} {:>14.1} {:>14.1} {:>14.1} {:>12.1} {:>12.1} {:>10.2}",
                 us(r.p50),
                 us(r.p99),
                 us(f.p50),
                 rss as f64 / 1024.0,
-                disk as f64 / (1 << 20) as f64
+                disk as f64 / (1 << 20) as f64,
+                reopen.as_secs_f64()
             );
             if target >= records {
                 break;
@@ -337,7 +460,7 @@ fn main() {
             t.elapsed().as_secs_f64(),
             report.ops_kept_open
         );
+        drop(ctx);
+        drop(rt);
     });
-    drop(ctx);
-    drop(rt);
 }

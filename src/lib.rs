@@ -181,6 +181,12 @@
 
 pub use idem_runtime::*;
 
+/// The admin API a running process serves to operators, with the
+/// escalation inbox (feature `admin`): see `RuntimeBuilder::admin`.
+#[cfg(feature = "admin")]
+#[doc(inline)]
+pub use idem_runtime::admin;
+
 /// HTTP providers over reqwest: classification of statuses and errors, the
 /// `Idempotency-Key` header, replay detection (feature `http`).
 #[cfg(feature = "http")]

@@ -271,7 +271,13 @@ async fn corrupt_records_are_errors_and_never_reach_the_provider() {
     let mut rng = SplitMix64::new(seed);
     let providers = Providers::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let rt = Runtime::open(dir.path()).unwrap();
+    // Without the replay cache: the damaged record is what the next call
+    // reads (a process that remembers the result would replay it).
+    let rt = Runtime::builder()
+        .path(dir.path())
+        .replay_cache(0)
+        .open()
+        .unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
     let shop = logging_shop(&providers, log.clone());
     for tool in EFFECT_TOOLS {
@@ -310,8 +316,36 @@ async fn corrupt_records_are_errors_and_never_reach_the_provider() {
 // ---------------------------------------------------------------------------
 // Concurrent callers
 
+/// Wraps a call's future and reports, once, that the call has parked: its
+/// first poll that did not complete. From a call's start to the in-flight
+/// table (where a duplicate waits for the call already running) the
+/// wrapper and the engine do not yield, so a duplicate's first `Pending` is
+/// its wait for the leader, and the leader's is its request.
+struct Parked<F> {
+    inner: std::pin::Pin<Box<F>>,
+    signal: Option<tokio::sync::mpsc::UnboundedSender<()>>,
+}
+
+impl<F: std::future::Future> std::future::Future for Parked<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let polled = self.inner.as_mut().poll(cx);
+        if polled.is_pending() {
+            if let Some(signal) = self.signal.take() {
+                let _ = signal.send(());
+            }
+        }
+        polled
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tasks_calling_one_operation_apply_it_once() {
+    const CALLERS: usize = 32;
     let providers = Providers::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let rt = Runtime::open(dir.path()).unwrap();
@@ -329,8 +363,9 @@ async fn many_tasks_calling_one_operation_apply_it_once() {
             _ => providers.wire().faults(),
         };
         let gate = faults.hold_next();
+        let (parked_tx, mut parked) = tokio::sync::mpsc::unbounded_channel();
         let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..32 {
+        for i in 0..CALLERS {
             // Half of them as subagents: same root run, same operation.
             let ctx = if i % 2 == 0 {
                 ctx.clone()
@@ -338,18 +373,47 @@ async fn many_tasks_calling_one_operation_apply_it_once() {
                 ctx.child(&format!("subagent-{i}"))
             };
             let shop = shop.clone();
-            tasks.spawn(async move { shop.run_step(&ctx, tool, order).await });
+            let signal = Some(parked_tx.clone());
+            tasks.spawn(async move {
+                Parked {
+                    inner: Box::pin(async move { shop.run_step(&ctx, tool, order).await }),
+                    signal,
+                }
+                .await
+            });
         }
+        drop(parked_tx);
         tokio::time::timeout(Duration::from_secs(10), gate.arrived())
             .await
             .expect("the first request reaches the provider");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Every caller is inside the call and waiting (the one at the
+        // provider included) before the held request may finish: none of
+        // them can have come late and replayed a finished operation.
+        for n in 0..CALLERS {
+            tokio::time::timeout(Duration::from_secs(10), parked.recv())
+                .await
+                .unwrap_or_else(|_| panic!("{tool}: only {n} of {CALLERS} callers parked"))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{tool}: a caller returned while the first request was held \
+                         ({n} of {CALLERS} parked)"
+                    )
+                });
+        }
+        assert!(
+            lock(&log)
+                .iter()
+                .filter(|l| **l == format!("call {tool}"))
+                .count()
+                == 1,
+            "{tool}: a second request while the first is held"
+        );
         gate.release();
         let mut results = Vec::new();
         while let Some(joined) = tasks.join_next().await {
             results.push(joined.unwrap().unwrap_or_else(|e| panic!("{tool}: {e:?}")));
         }
-        assert_eq!(results.len(), 32);
+        assert_eq!(results.len(), CALLERS);
         assert!(
             results.windows(2).all(|w| w[0] == w[1]),
             "{tool}: callers saw different results"
@@ -416,14 +480,18 @@ impl Mailer {
 
 /// A call is dropped (its task aborted, as a crash would end it) while its
 /// request is still being processed by the provider, which applies it
-/// 200 ms later, well inside the tool's 1 s attempt timeout. The next call
-/// of the same key finds the INTENT and must not conclude "not landed"
-/// while that attempt can still land: one email, not two.
+/// while the next call of the same key is deciding what to do, well inside
+/// the tool's 1 s attempt timeout. The next call finds the INTENT and must
+/// not conclude "not landed" while that attempt can still land: one email,
+/// not two. (The torture harness hits the same race with SIGKILLed workers
+/// and provider processing delays.)
 ///
-/// Fails today: recovery asks `verify` at once, the provider has not
-/// applied the first request yet, so the call sends a second email and the
-/// first one lands after it. (The torture harness hits the same race with
-/// SIGKILLed workers and provider processing delays.)
+/// The held request is released at the worst moment for a correct engine:
+/// as soon as the second call says it waits for the dropped attempt to
+/// settle (its `Settling` event); an engine that does not wait verifies at
+/// once, hears "not landed" and sends again, and the held request is then
+/// released when that second call has returned. Either way the ledger is
+/// read once the provider has handled the held request, not after a guess.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recovery_does_not_verify_before_the_dropped_attempt_settles() {
     let providers = Providers::start().await.unwrap();
@@ -441,23 +509,47 @@ async fn recovery_does_not_verify_before_the_dropped_attempt_settles() {
     gate.arrived().await;
     first.abort();
     let _ = first.await;
-    // The provider finishes the first request 200 ms from now.
-    let release = {
-        let gate = gate.clone();
+    let mut live = rt.subscribe();
+    let (done, returned) = tokio::sync::oneshot::channel::<()>();
+    let second = {
+        let (mailer, ctx) = (mailer.clone(), ctx.clone());
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            gate.release();
+            let out = mailer.send(&ctx, "ann@example.com".into()).await;
+            let _ = done.send(());
+            out
         })
     };
-    let second = mailer.send(&ctx, "ann@example.com".into()).await;
-    release.await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let settling = async {
+        loop {
+            match live.recv().await {
+                Ok(e) if matches!(e.kind, EventKind::Settling { .. }) => return true,
+                Ok(_) => {}
+                Err(e) => panic!("audit subscription: {e}"),
+            }
+        }
+    };
+    let waited = tokio::select! {
+        waited = settling => waited,
+        _ = returned => false,
+    };
+    gate.release();
+    let second = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .expect("the second call returns")
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), gate.handled())
+        .await
+        .expect("the provider handles the released request");
     let sent = providers.email().ledger();
     assert_eq!(
         sent.len(),
         1,
-        "one email expected, got {}: {:?} (second call: {second:?})",
+        "one email expected, got {}: {:?} (second call: {second:?}; it waited to settle: {waited})",
         sent.len(),
         sent.iter().map(|m| &m.id).collect::<Vec<_>>()
+    );
+    assert!(
+        waited,
+        "the recovering call never waited for the dropped attempt"
     );
 }

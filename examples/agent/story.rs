@@ -63,7 +63,14 @@ async fn worker() -> i32 {
         return FAILED;
     };
     let crash = std::env::var_os(CRASH_ENV).is_some();
-    let rt = match Runtime::open(&journal) {
+    // Every worker serves the admin API, so an operator can settle an
+    // escalation while it runs (a SIGKILLed one leaves its address file
+    // behind; the next one replaces it).
+    let rt = match Runtime::builder()
+        .path(&journal)
+        .admin("127.0.0.1:0")
+        .open()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot open the journal: {e}");
@@ -75,6 +82,9 @@ async fn worker() -> i32 {
         eprintln!("opened a new journal");
     } else {
         eprintln!("reopened the journal: {earlier} audit events from earlier workers");
+    }
+    if let Some(url) = rt.admin_url() {
+        eprintln!("admin API for operators on {url} (journal/idem-admin-addr says so)");
     }
 
     // The live audit stream: after each step, what idem decided for it.
@@ -100,24 +110,56 @@ async fn worker() -> i32 {
         say_step(tool, &line);
         say_events(&mut lock(&events));
     };
-    match shop.process_order(&ctx, ORDER, &mut narrate).await {
-        Ok(_) => {
-            eprintln!("order {ORDER} processed: all five steps done");
-            DONE
+    // Subscribed before the workflow runs: an operator's answer cannot
+    // slip between the escalation and the wait for it.
+    let mut answers = rt.subscribe();
+    loop {
+        match shop.process_order(&ctx, ORDER, &mut narrate).await {
+            Ok(_) => {
+                eprintln!("order {ORDER} processed: all five steps done");
+                return DONE;
+            }
+            Err(stopped) => match &stopped.error {
+                ToolError::Escalated { key, .. } => {
+                    say_step(stopped.tool, "parked: waiting for a human");
+                    say_events(&mut lock(&events));
+                    eprintln!("{WAITING}; the worker keeps running");
+                    if !wait_for_operator(&mut answers, key).await {
+                        eprintln!("no operator answered; exiting");
+                        return PARKED;
+                    }
+                    say_events(&mut lock(&events));
+                    eprintln!("an operator answered: running the workflow again from the top");
+                }
+                other => {
+                    say_events(&mut lock(&events));
+                    eprintln!("{} failed: {other}", stopped.tool);
+                    return FAILED;
+                }
+            },
         }
-        Err(stopped) => match &stopped.error {
-            ToolError::Escalated { .. } => {
-                say_step(stopped.tool, "parked: waiting for a human");
-                say_events(&mut lock(&events));
-                eprintln!("the workflow cannot go on without an operator; exiting");
-                PARKED
+    }
+}
+
+/// What a worker says when it waits for an operator (the parent watches
+/// for it).
+const WAITING: &str = "waiting for an operator (idem escalations, or the inbox)";
+
+/// Waits until an operator resolves `key` (through the admin API, here).
+async fn wait_for_operator(answers: &mut Subscription, key: &idem::IdemKey) -> bool {
+    loop {
+        match answers.recv().await {
+            Ok(e) if e.key.as_deref() == Some(key.as_str()) => {
+                if matches!(
+                    e.kind,
+                    EventKind::Resolved { .. } | EventKind::Amended { .. }
+                ) {
+                    return true;
+                }
             }
-            other => {
-                say_events(&mut lock(&events));
-                eprintln!("{} failed: {other}", stopped.tool);
-                FAILED
-            }
-        },
+            Ok(_) | Err(idem::SubscriptionError::Lagged { .. }) => {}
+            Err(idem::SubscriptionError::Closed) => return false,
+        }
     }
 }
 
@@ -443,72 +485,21 @@ async fn story(
         tally(&providers)
     ));
 
-    out.section("3. Worker 2 restarts from the journal");
-    let end = run_worker(2, false, &journal, &addrs, worker, &mut out).await?;
-    report.workers.push(end);
-    out.line(format!("  worker 2 {end}"));
+    out.section("3. Worker 2 restarts from the journal; the wire waits for a human");
+    let mut worker2 = start_worker(2, false, &journal, &addrs, worker, &mut out)?;
+    let waiting = worker2.narrate_until(&mut out, WAITING).await;
 
-    out.section("4. An operator settles the escalation (Runtime::escalations / resolve)");
-    {
-        let rt = Runtime::open(&journal)?;
-        let escalations = rt.escalations().await?;
-        out.line(format!("  rt.escalations(): {} open", escalations.len()));
-        for esc in &escalations {
-            out.line(format!("    tool        {} ({})", esc.tool, esc.class));
-            out.line(format!("    key         {}", esc.key));
-            out.line(format!("    run         {}", esc.root_run));
-            out.line(format!("    arguments   {}", esc.args));
-            out.line(format!("    attempts    {}", esc.attempts));
-            out.line(format!(
-                "    last error  {}",
-                esc.last_error.as_deref().unwrap_or("-")
-            ));
-            out.line(format!("    reason      {}", esc.reason));
-            // The operator's evidence: the bank statement (the provider's
-            // ledger), searched by the payment reference.
-            let reference = shop::wire_reference(ORDER);
-            let statement: Vec<_> = providers
-                .wire()
-                .ledger()
-                .into_iter()
-                .filter(|w| w.reference == reference)
-                .collect();
-            let (resolution, note) = match statement.first() {
-                Some(wire) => (
-                    Resolution::Landed(Some(serde_json::to_value(wire)?)),
-                    format!("bank statement shows {} for {reference}", wire.id),
-                ),
-                None => (
-                    Resolution::Reissue,
-                    format!("no wire with reference {reference} on the bank statement"),
-                ),
-            };
-            out.line(format!(
-                "  the operator checks the bank statement: {} wire(s) with reference {reference}",
-                statement.len()
-            ));
-            out.line(format!(
-                "  rt.resolve(key, {}, \"{note}\")",
-                match &resolution {
-                    Resolution::Landed(_) => "Resolution::Landed(receipt)",
-                    Resolution::Reissue => "Resolution::Reissue",
-                    Resolution::Abandon => "Resolution::Abandon",
-                }
-            ));
-            rt.resolve(&esc.key, resolution, &note).await?;
-            report.resolved += 1;
-        }
-        out.line(format!(
-            "  rt.escalations() now: {} open",
-            rt.escalations().await?.len()
-        ));
-        // Dropping the runtime releases the journal for the next worker.
+    out.section("4. An operator settles it through the admin API while worker 2 waits");
+    if waiting {
+        operate(&journal, &providers, &mut report, &mut out).await?;
+    } else {
+        out.line("  worker 2 never waited for an operator");
     }
 
-    out.section("5. Worker 3 picks the workflow up again");
-    let end = run_worker(3, false, &journal, &addrs, worker, &mut out).await?;
+    out.section("5. Worker 2 goes on with the operator's answer");
+    let end = worker2.finish(&mut out).await?;
     report.workers.push(end);
-    out.line(format!("  worker 3 {end}"));
+    out.line(format!("  worker 2 {end}"));
 
     out.section("6. Ground truth: the providers' own ledgers");
     report.charges = shop::effects(&providers, "charge", ORDER);
@@ -656,11 +647,7 @@ async fn story(
 /// the audit stream.
 fn check(report: &mut Report, events: &[AuditEvent]) {
     let mut problems = Vec::new();
-    let expected = [
-        WorkerEnd::Signal(9),
-        WorkerEnd::Exited(PARKED),
-        WorkerEnd::Exited(DONE),
-    ];
+    let expected = [WorkerEnd::Signal(9), WorkerEnd::Exited(DONE)];
     if report.workers != expected {
         problems.push(format!(
             "workers ended {:?}, expected {expected:?}",
@@ -757,6 +744,83 @@ fn check(report: &mut Report, events: &[AuditEvent]) {
     report.problems = problems;
 }
 
+/// The operator's side of section 4: what `idem` shows and does, through
+/// the same client library the CLI is made of.
+async fn operate(
+    journal: &Path,
+    providers: &Providers,
+    report: &mut Report,
+    out: &mut Out<'_>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let dir = journal.display();
+    let backend = idem_cli::Backend::discover(journal, None).await?;
+    if let idem_cli::Backend::Remote(client) = &backend {
+        out.line(format!(
+            "  the journal is held by worker 2, whose admin API is on {} (found through",
+            client.url()
+        ));
+        out.line("  journal/idem-admin-addr; the bearer token is journal/idem-admin-token)");
+    }
+    out.line("");
+    out.line(format!("  $ idem --journal {dir} escalations"));
+    let escalations = backend.escalations().await?;
+    for line in idem_cli::render::escalations(&escalations, idem_cli::render::now_ms()).lines() {
+        out.line(format!("  {line}"));
+    }
+    for esc in &escalations {
+        // The operator's evidence: the bank statement (the provider's
+        // ledger), searched by the payment reference.
+        let reference = shop::wire_reference(ORDER);
+        let statement: Vec<_> = providers
+            .wire()
+            .ledger()
+            .into_iter()
+            .filter(|w| w.reference == reference)
+            .collect();
+        out.line("");
+        out.line(format!(
+            "  the operator checks the bank statement: {} wire(s) with reference {reference}",
+            statement.len()
+        ));
+        let (request, flag) = match statement.first() {
+            Some(wire) => {
+                let json = serde_json::to_string(wire)?;
+                (
+                    idem::admin::ResolveRequest::new(
+                        &Resolution::Landed(Some(serde_json::to_value(wire)?)),
+                        format!("bank statement shows {} for {reference}", wire.id),
+                    ),
+                    format!("--landed '{json}'"),
+                )
+            }
+            None => (
+                idem::admin::ResolveRequest::new(
+                    &Resolution::Reissue,
+                    format!("no wire with reference {reference} on the bank statement"),
+                ),
+                "--reissue".to_string(),
+            ),
+        };
+        out.line(format!("  $ idem --journal {dir} resolve {} \\", esc.key));
+        out.line(format!("      {flag} \\"));
+        out.line(format!("      --note \"{}\"", request.note));
+        let resolved = backend.resolve(esc.key.as_str(), &request).await?;
+        for line in idem_cli::render::resolved(&resolved).lines() {
+            out.line(format!("  {line}"));
+        }
+        report.resolved += 1;
+    }
+    out.line("");
+    out.line("  the worker heard the resolution on its audit stream and goes on by itself; the");
+    out.line(
+        "  same can be done in a browser (the inbox at the admin API's address) and watched with",
+    );
+    out.line(format!(
+        "  $ idem --journal {dir} audit --from end --follow"
+    ));
+    Ok(())
+}
+
 fn tally(providers: &Providers) -> String {
     format!(
         "{} charge(s), {} email(s), {} ticket(s), {} wire(s)",
@@ -787,11 +851,33 @@ async fn run_worker(
     worker: &dyn Fn() -> std::process::Command,
     out: &mut Out<'_>,
 ) -> Result<WorkerEnd, Box<dyn std::error::Error>> {
+    start_worker(n, crash, journal, addrs, worker, out)?
+        .finish(out)
+        .await
+}
+
+/// A running worker and its narration.
+struct Running {
+    n: u32,
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+    deadline: tokio::time::Instant,
+}
+
+fn start_worker(
+    n: u32,
+    crash: bool,
+    journal: &Path,
+    addrs: &ProviderAddrs,
+    worker: &dyn Fn() -> std::process::Command,
+    out: &mut Out<'_>,
+) -> Result<Running, Box<dyn std::error::Error>> {
     let mut command = tokio::process::Command::from(worker());
     command
         .env(WORKER_ENV, n.to_string())
         .env(JOURNAL_ENV, journal)
         .envs(addrs.to_env())
+        .env_remove(idem::admin::TOKEN_ENV)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -809,24 +895,49 @@ async fn run_worker(
     let Some(stderr) = child.stderr.take() else {
         return Err("no pipe to the worker".into());
     };
-    let mut lines = BufReader::new(stderr).lines();
-    let narration = async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            out.line(format!("  worker {n} | {line}"));
-        }
-    };
-    let finished = tokio::time::timeout(WATCHDOG, async {
-        narration.await;
-        child.wait().await
+    Ok(Running {
+        n,
+        child,
+        lines: BufReader::new(stderr).lines(),
+        deadline: tokio::time::Instant::now() + WATCHDOG,
     })
-    .await;
-    Ok(match finished {
-        Ok(status) => end_of(status?),
-        Err(_) => {
-            let _ = child.kill().await;
-            WorkerEnd::Watchdog
+}
+
+impl Running {
+    /// Prints the narration until a line containing `marker` (true) or the
+    /// worker's end (false).
+    async fn narrate_until(&mut self, out: &mut Out<'_>, marker: &str) -> bool {
+        while let Ok(Ok(Some(line))) =
+            tokio::time::timeout_at(self.deadline, self.lines.next_line()).await
+        {
+            out.line(format!("  worker {} | {line}", self.n));
+            if line.contains(marker) {
+                return true;
+            }
         }
-    })
+        false
+    }
+
+    /// Prints the rest of the narration and reports how the worker ended.
+    async fn finish(mut self, out: &mut Out<'_>) -> Result<WorkerEnd, Box<dyn std::error::Error>> {
+        let n = self.n;
+        let lines = &mut self.lines;
+        let child = &mut self.child;
+        let finished = tokio::time::timeout_at(self.deadline, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                out.line(format!("  worker {n} | {line}"));
+            }
+            child.wait().await
+        })
+        .await;
+        Ok(match finished {
+            Ok(status) => end_of(status?),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                WorkerEnd::Watchdog
+            }
+        })
+    }
 }
 
 fn end_of(status: std::process::ExitStatus) -> WorkerEnd {

@@ -21,9 +21,33 @@
 //!   the n-th request went out (INTENT durable, nothing sent);
 //! - left alone, so rounds end.
 //!
-//! Between incarnations the harness plays the operator: it opens the
+//! Coverage is planned, not left to chance: the first fault-free round
+//! after the span is measured starts with a chain of eight incarnations,
+//! each dying at the first occurrence of the next instrumented point in
+//! workflow order (`charge:sending`, `charge:landed`, ...,
+//! `refund_wire:landed`). Each is certain to be reached, since the
+//! incarnation before died at the previous point, before any order got
+//! past this one; a point not reached all the same (a violation stopped
+//! the round) is planned again, and rounds go on past the kill target
+//! until every point was hit ([`Summary::crashpoint_hits`]). At
+//! `charge:landed` the charge's key is also made to outlive the provider's
+//! dedupe window: the clock (the providers' and the later workers', not
+//! the harness's) jumps past the window, so the payments provider has
+//! forgotten the key and a re-sent charge would charge twice; idem must
+//! escalate instead.
+//!
+//! Between incarnations the harness plays the operator: it waits until the
+//! providers have handled every request a dead worker had sent, opens the
 //! journal, reads `escalations()`, checks the provider's ledger for each
-//! one and answers `resolve(key, Landed(result) | Reissue, note)`.
+//! one and answers `resolve(key, Landed(result) | Reissue, note)`. Before
+//! answering, it checks that the faults and kills of the round justify the
+//! escalation ([`Round::justify`]): an at_most_once tool after a kill
+//! mid-call or an ambiguous outcome (no more of those than the provider
+//! injected faults), a provider-class tool only once its retry budget or
+//! the provider's dedupe window is spent, a journal tool only when verify
+//! could not tell (no more than its provider injected faults). Any other
+//! escalation is a violation: settling it from the ledger would hide an
+//! engine that escalates instead of deciding.
 //!
 //! After a round: per order and tool, the provider ledger must hold exactly
 //! one effect (more is a duplicate, none is lost), found by business
@@ -46,8 +70,11 @@
 //! one that opens empty after acknowledging something is `forgotten`; both
 //! otherwise count as lost.
 //!
-//! Seeds make the plans reproducible; process timing is not, so a failing
-//! seed narrows a search rather than replays it exactly.
+//! The seed fixes every plan: which incarnation of which round is killed
+//! how (the random kill instants as fractions of the measured span), the
+//! planned crash points and the fault mixes; rerun with
+//! `IDEM_TORTURE_SEED`. Process timing is not reproducible, so a failing
+//! seed replays the plan, not every interleaving.
 
 // Shared by the torture example and tests/torture.rs.
 #![allow(dead_code)]
@@ -61,9 +88,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem::{Error, Escalation, EventKind, Resolution, Runtime, ToolError};
+use idem::{Class, Error, Escalation, EventKind, Resolution, Runtime, ToolError};
 use idem_testkit::powercut::{PowerCutFs, Survival};
-use idem_testkit::{Chaos, Charge, ChargeOutcome, ProviderAddrs, Providers, SplitMix64};
+use idem_testkit::{
+    Chaos, Charge, ChargeOutcome, Clock, ProviderAddrs, Providers, ProvidersConfig, SplitMix64,
+};
 
 use crate::shop::{self, Moment, Shop, EFFECT_TOOLS};
 
@@ -77,6 +106,9 @@ const CONCURRENCY_ENV: &str = "IDEM_TORTURE_CONCURRENCY";
 const CRASH_ENV: &str = "IDEM_TORTURE_CRASH";
 /// Set (power-cut mode): each order ends with [`archive_order`].
 const ARCHIVE_ENV: &str = "IDEM_TORTURE_ARCHIVE";
+/// How far (ms) the worker's clock runs ahead of the system clock: the
+/// dedupe-window round's jump (see [`ShiftedClock`]).
+const CLOCK_SHIFT_ENV: &str = "IDEM_TORTURE_CLOCK_SHIFT_MS";
 
 /// The size of [`archive_order`]'s result: over sled 0.34's 128 KiB
 /// threshold, so the journal stores it in one of sled's blob files (a file
@@ -133,11 +165,7 @@ const EXIT_OPEN_FAILED: i32 = 3;
 /// order even with faults; this only turns a hang into a reported failure.
 const WORKER_DEADLINE: Duration = Duration::from_secs(60);
 
-/// How long the operator waits after a worker died before reading provider
-/// ledgers: a request the dead worker had sent may still be in a provider's
-/// processing delay (chaos delays are at most [`CHAOS_MAX_DELAY`]). A human
-/// operator would wait for the bank's statement to settle the same way.
-const SETTLE: Duration = Duration::from_millis(150);
+/// Longest chaos processing delay.
 const CHAOS_MAX_DELAY: Duration = Duration::from_millis(30);
 
 /// Failing rounds whose directory is kept for a post-mortem.
@@ -261,13 +289,24 @@ pub struct Summary {
     pub rounds: u64,
     pub chaos_rounds: u64,
     pub workflows: u64,
-    /// Side-effecting operations (four per workflow).
+    /// Effects the providers' ledgers hold at the end of the finished
+    /// rounds, every record counted (four per workflow if nothing was
+    /// duplicated or lost): counted by the providers, not by the harness.
     pub operations: u64,
+    /// `Committed` events (or operator `landed`s) of the effect tools in the
+    /// finished rounds' audit streams (four per workflow).
+    pub audited_commits: u64,
     pub incarnations: u64,
     /// Workers that died by SIGKILL: `random_kills + crashpoint_kills`.
     pub kills: u64,
     pub random_kills: u64,
     pub crashpoint_kills: u64,
+    /// Workers that died at each instrumented point, `tool:moment`
+    /// (`sending` or `landed`); every one of the eight is planned.
+    pub crashpoint_hits: BTreeMap<String, u64>,
+    /// Rounds whose clock jumped past the charge's dedupe window after a
+    /// charge landed unacknowledged.
+    pub window_jumps: u64,
     /// Workers that opened the journal (all of them after the first of a
     /// round opened it after a kill or an exit).
     pub journal_opens: u64,
@@ -281,6 +320,9 @@ pub struct Summary {
     pub audit_gaps: u64,
     /// Escalations raised, per tool, and how the operator answered.
     pub escalations: BTreeMap<String, u64>,
+    /// What justified them, `tool: why` (see [`Round::justify`]); an
+    /// escalation nothing justifies is a violation instead.
+    pub justified: BTreeMap<String, u64>,
     pub resolved_landed: u64,
     pub resolved_reissue: u64,
     /// Faults the providers injected.
@@ -367,7 +409,8 @@ impl fmt::Display for Summary {
         write!(
             f,
             "torture summary: seed={:#x} kills={} (random={} crashpoint={}) operations={} \
-             duplicates={} lost={} escalations={} ({}; landed={} reissued={}) \
+             audited_commits={} duplicates={} lost={} escalations={} ({}; landed={} reissued={}; \
+             justified: {}) crashpoints hit: {} window_jumps={} \
              audit_gaps={} violations={} workflows={} rounds={} (chaos={}) incarnations={} \
              journal_reopens={} faults={} recoveries={} verifications={} provider_replays={} \
              elapsed={:.1}s",
@@ -376,6 +419,7 @@ impl fmt::Display for Summary {
             self.random_kills,
             self.crashpoint_kills,
             self.operations,
+            self.audited_commits,
             self.duplicates,
             self.lost,
             self.escalation_total(),
@@ -386,6 +430,9 @@ impl fmt::Display for Summary {
             },
             self.resolved_landed,
             self.resolved_reissue,
+            counts_text(&self.justified),
+            counts_text(&self.crashpoint_hits),
+            self.window_jumps,
             self.audit_gaps,
             self.violations.len(),
             self.workflows,
@@ -402,7 +449,25 @@ impl fmt::Display for Summary {
     }
 }
 
+/// `a=1 b=2`, or `none`.
+fn counts_text(counts: &BTreeMap<String, u64>) -> String {
+    if counts.is_empty() {
+        return "none".into();
+    }
+    let parts: Vec<String> = counts.iter().map(|(k, n)| format!("{k}={n}")).collect();
+    parts.join(" ")
+}
+
 impl Summary {
+    /// Instrumented points (`tool:moment`) no worker has died at yet.
+    pub fn crashpoints_missed(&self) -> Vec<String> {
+        all_crash_points()
+            .into_iter()
+            .map(|p| p.label())
+            .filter(|l| !self.crashpoint_hits.contains_key(l))
+            .collect()
+    }
+
     fn per_tool(&self) -> String {
         let per_tool: Vec<String> = self
             .escalations
@@ -423,8 +488,9 @@ impl Summary {
              reopen_failures={} refused_opens={} forgotten={} audit_gaps={} large_results={} \
              violations={} \
              (cuts: random={} crashpoint={} after_exit={} prefix_kept={}; \
-             writes_dropped={} writes_torn={} entries_undone={}) operations={} \
-             escalations={} ({}; landed={} reissued={}) workflows={} rounds={} (chaos={}) \
+             writes_dropped={} writes_torn={} entries_undone={}) operations={} audited_commits={} \
+             escalations={} ({}; landed={} reissued={}; justified: {}) crashpoints hit: {} \
+             window_jumps={} workflows={} rounds={} (chaos={}) \
              incarnations={} journal_reopens={} faults={} recoveries={} verifications={} \
              provider_replays={} elapsed={:.1}s",
             self.seed,
@@ -445,10 +511,14 @@ impl Summary {
             self.writes_torn,
             self.entries_undone,
             self.operations,
+            self.audited_commits,
             self.escalation_total(),
             self.per_tool(),
             self.resolved_landed,
             self.resolved_reissue,
+            counts_text(&self.justified),
+            counts_text(&self.crashpoint_hits),
+            self.window_jumps,
             self.workflows,
             self.rounds,
             self.chaos_rounds,
@@ -475,13 +545,35 @@ struct CrashPoint {
     nth: u64,
 }
 
+fn moment_name(moment: Moment) -> &'static str {
+    match moment {
+        Moment::Sending => "sending",
+        Moment::Landed => "landed",
+    }
+}
+
+/// Every instrumented point, each at its first occurrence.
+fn all_crash_points() -> Vec<CrashPoint> {
+    EFFECT_TOOLS
+        .iter()
+        .flat_map(|tool| {
+            [Moment::Sending, Moment::Landed].map(|moment| CrashPoint {
+                tool: tool.to_string(),
+                moment,
+                nth: 1,
+            })
+        })
+        .collect()
+}
+
 impl CrashPoint {
     fn to_env(&self) -> String {
-        let moment = match self.moment {
-            Moment::Sending => "sending",
-            Moment::Landed => "landed",
-        };
-        format!("{}:{moment}:{}", self.tool, self.nth)
+        format!("{}:{}", self.label(), self.nth)
+    }
+
+    /// `tool:moment`, the key of [`Summary::crashpoint_hits`].
+    fn label(&self) -> String {
+        format!("{}:{}", self.tool, moment_name(self.moment))
     }
 
     fn from_env(text: &str) -> Option<CrashPoint> {
@@ -587,7 +679,7 @@ async fn worker() -> i32 {
         }
     };
 
-    let rt = match Runtime::open(&journal) {
+    let rt = match open_worker_journal(&journal) {
         Ok(rt) => rt,
         Err(e) => {
             status_line(&status, &format!("OPEN-FAILED {e}"));
@@ -695,6 +787,40 @@ async fn worker() -> i32 {
     }
 }
 
+/// The worker's journal, on a clock shifted by [`CLOCK_SHIFT_ENV`] if set.
+fn open_worker_journal(journal: &Path) -> Result<Runtime, Error> {
+    let shift_ms: u64 = std::env::var(CLOCK_SHIFT_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if shift_ms == 0 {
+        return Runtime::open(journal);
+    }
+    Runtime::builder()
+        .path(journal)
+        .clock(Arc::new(ShiftedClock {
+            base: idem::SystemClock::new(),
+            shift_ms,
+        }))
+        .open()
+}
+
+/// The system clock, `shift_ms` ahead: how the dedupe-window round makes
+/// a day pass between two incarnations without waiting for it. The
+/// providers' clock jumps by the same amount at the same moment (no worker
+/// is alive then), so idem and the payments provider agree on how old a
+/// key is.
+struct ShiftedClock {
+    base: idem::SystemClock,
+    shift_ms: u64,
+}
+
+impl idem::Clock for ShiftedClock {
+    fn now_ms(&self) -> u64 {
+        self.base.now_ms() + self.shift_ms
+    }
+}
+
 /// One order: the workflow from the top, a few times if a step ran out of
 /// retry budget on failures that provably did not land (each new call
 /// starts a fresh budget).
@@ -731,6 +857,52 @@ enum Plan {
     Alone,
     KillAfter(Duration),
     Crash(CrashPoint),
+}
+
+/// What one of a round's first incarnations is planned to do, until done.
+#[derive(Debug, Clone, PartialEq)]
+enum Planned {
+    /// Die at this point.
+    Point(CrashPoint),
+    /// Die right after the first charge landed (`charge:landed`), then move
+    /// the clock past the charge's dedupe window.
+    WindowExpiry,
+}
+
+impl Planned {
+    fn point(&self) -> CrashPoint {
+        match self {
+            Planned::Point(p) => p.clone(),
+            Planned::WindowExpiry => CrashPoint {
+                tool: "charge".into(),
+                moment: Moment::Landed,
+                nth: 1,
+            },
+        }
+    }
+}
+
+/// The coverage plan of a run: every instrumented point at its first
+/// occurrence, in workflow order, `charge:landed` being the dedupe-window
+/// jump. Run as a chain by the first incarnations of a fault-free round,
+/// each point is certain to be reached: the incarnation before died at the
+/// previous point, so no order has got past this one yet.
+fn coverage_plan() -> Vec<Planned> {
+    all_crash_points()
+        .into_iter()
+        .map(|p| {
+            if p.tool == "charge" && p.moment == Moment::Landed {
+                Planned::WindowExpiry
+            } else {
+                Planned::Point(p)
+            }
+        })
+        .collect()
+}
+
+/// A tool of this binary, by name.
+fn descriptor(name: &str) -> Option<&'static idem::ToolDescriptor> {
+    idem::tools().find(|t| t.name == name)
 }
 
 /// How an incarnation ended.
@@ -795,19 +967,44 @@ async fn run_rounds(
             return summary;
         }
     }
-    while summary.progress() < target && summary.rounds < config.max_rounds {
+    let mut coverage = coverage_plan();
+    while (summary.progress() < target || !coverage.is_empty())
+        && summary.rounds < config.max_rounds
+    {
         if started.elapsed() > config.max_elapsed {
             summary.violations.push(format!(
-                "only {} of {target} {unit} after {:?} (max_elapsed)",
+                "only {} of {target} {unit} after {:?} (max_elapsed); not yet planned: {coverage:?}",
                 summary.progress(),
                 config.max_elapsed
             ));
             break;
         }
         let r = summary.rounds;
-        let outcome = Round::new(config, r, &mut rng)
-            .run(worker, &mut span, &mut summary)
-            .await;
+        let mut round = Round::new(config, r, &mut rng);
+        // Without a span the round's first incarnation measures one; with
+        // faults a planned point may not be reached (unless every round
+        // has faults: then it is tried anyway, and again until reached).
+        let fault_free = round.chaos.is_none() || config.chaos == ChaosMode::Always;
+        let planned = if span.is_some() && fault_free {
+            std::mem::take(&mut coverage)
+        } else {
+            Vec::new()
+        };
+        round.planned = planned.iter().cloned().collect();
+        let hits_before = summary.crashpoint_hits.clone();
+        let jumps_before = summary.window_jumps;
+        let outcome = round.run(worker, &mut span, &mut summary).await;
+        for item in planned {
+            let label = item.point().label();
+            let done = match item {
+                Planned::Point(_) => summary.crashpoint_hits.get(&label) > hits_before.get(&label),
+                Planned::WindowExpiry => summary.window_jumps > jumps_before,
+            };
+            if !done {
+                // Not reached (a fault or a violation stopped it): again.
+                coverage.push(item);
+            }
+        }
         summary.rounds += 1;
         if let Err(violation) = outcome {
             summary
@@ -852,6 +1049,17 @@ struct Round<'c> {
     /// and resolutions it acknowledged; what it must never forget.
     acknowledged: std::collections::BTreeSet<(String, u64)>,
     resolutions: u64,
+    /// What the next incarnations do, one planned item each, before the
+    /// seeded random plans take over.
+    planned: std::collections::VecDeque<Planned>,
+    /// The item the current incarnation carries.
+    carrying: Option<Planned>,
+    /// How far the providers' and the workers' clocks run ahead (ms).
+    shift: Arc<AtomicU64>,
+    /// Workers of this round that died by SIGKILL so far.
+    kills: u64,
+    /// Per provider, escalations already accounted to its injected faults.
+    charged_to_faults: BTreeMap<&'static str, u64>,
 }
 
 impl<'c> Round<'c> {
@@ -877,6 +1085,29 @@ impl<'c> Round<'c> {
             rng,
             acknowledged: std::collections::BTreeSet::new(),
             resolutions: 0,
+            planned: std::collections::VecDeque::new(),
+            carrying: None,
+            shift: Arc::new(AtomicU64::new(0)),
+            kills: 0,
+            charged_to_faults: BTreeMap::new(),
+        }
+    }
+
+    /// Books a worker's death by SIGKILL: per instrumented point, and for
+    /// the dedupe-window round the jump of the clock past the window.
+    fn died(&mut self, plan: &Plan, summary: &mut Summary) {
+        self.kills += 1;
+        let Plan::Crash(point) = plan else { return };
+        *summary.crashpoint_hits.entry(point.label()).or_default() += 1;
+        if self.carrying == Some(Planned::WindowExpiry) {
+            let window = descriptor("charge")
+                .map_or(idem::ToolDescriptor::DEFAULT_DEDUPE_WINDOW, |t| {
+                    t.dedupe_window
+                });
+            let jump = window + Duration::from_secs(60);
+            self.shift
+                .fetch_add(jump.as_millis() as u64, Ordering::SeqCst);
+            summary.window_jumps += 1;
         }
     }
 
@@ -939,10 +1170,16 @@ impl<'c> Round<'c> {
     }
 
     fn plan(&mut self, span: Option<Duration>) -> Plan {
+        self.carrying = None;
         let Some(span) = span else {
             // The very first incarnation measures how long a clean run takes.
             return Plan::Alone;
         };
+        if let Some(item) = self.planned.pop_front() {
+            let point = item.point();
+            self.carrying = Some(item);
+            return Plan::Crash(point);
+        }
         let u = self.rng.next_f64();
         if u < 0.12 {
             Plan::Alone
@@ -988,7 +1225,11 @@ impl<'c> Round<'c> {
             Some(d) => d.mountpoint().join("journal"),
             None => dir.path().join("journal"),
         };
-        let providers = Providers::start()
+        let clock = {
+            let (system, shift) = (Clock::system(), self.shift.clone());
+            Clock::from_fn(move || system.now_ms() + shift.load(Ordering::SeqCst))
+        };
+        let providers = Providers::start_with(ProvidersConfig::default().clock(clock))
             .await
             .map_err(|e| format!("providers: {e}"))?;
         if let Some((seed, reads)) = self.chaos {
@@ -1072,6 +1313,7 @@ impl<'c> Round<'c> {
                 let died = matches!(end, End::Signal(9));
                 if cut_now || died {
                     summary.kills += 1;
+                    self.died(&plan, summary);
                     if matches!(plan, Plan::Crash(_)) && !cut_now {
                         summary.crashpoint_kills += 1;
                         summary.crashpoint_cuts += 1;
@@ -1123,6 +1365,7 @@ impl<'c> Round<'c> {
                         Plan::Crash(_) => summary.crashpoint_kills += 1,
                         _ => summary.random_kills += 1,
                     }
+                    self.died(&plan, summary);
                     last_death = Some(Instant::now());
                 }
                 End::Exited(EXIT_DONE) => {
@@ -1172,7 +1415,6 @@ impl<'c> Round<'c> {
             ));
         }
         summary.workflows += self.config.workflows;
-        summary.operations += self.config.workflows * EFFECT_TOOLS.len() as u64;
         if let Some(disk) = disk.as_mut() {
             // Every order is done, as the worker was told: that must
             // survive the power going now.
@@ -1188,6 +1430,9 @@ impl<'c> Round<'c> {
                 let _ = self.judge_unopenable(false, why, summary);
             }
         }
+        // What the providers hold, counted by them: four per order unless
+        // something was duplicated, lost or sent for no order.
+        summary.operations += ledger_sizes(&providers).iter().sum::<usize>() as u64;
         for p in [
             providers.payments().faults().stats(),
             providers.email().faults().stats(),
@@ -1256,6 +1501,10 @@ impl<'c> Round<'c> {
         if disk.is_some() {
             command.env(ARCHIVE_ENV, "1");
         }
+        match self.shift.load(Ordering::SeqCst) {
+            0 => command.env_remove(CLOCK_SHIFT_ENV),
+            ms => command.env(CLOCK_SHIFT_ENV, ms.to_string()),
+        };
         // The plan heads the status file, for post-mortems.
         status_line(status, &format!("PLAN {plan:?}"));
         let mut child = command.spawn().map_err(|e| format!("spawn worker: {e}"))?;
@@ -1295,17 +1544,19 @@ impl<'c> Round<'c> {
     }
 
     /// The operator: settles every open escalation from the provider's
-    /// ledger, as a human with the provider's dashboard would.
+    /// ledger, as a human with the provider's dashboard would, once it has
+    /// checked that the round's faults and kills justify it.
     async fn operate(
-        &self,
+        &mut self,
         journal: &Path,
         providers: &Providers,
         last_death: Option<Instant>,
         summary: &mut Summary,
     ) -> Result<u64, String> {
-        if let Some(died) = last_death {
-            let settled = died + SETTLE;
-            tokio::time::sleep_until(settled.into()).await;
+        if last_death.is_some() {
+            // A request the dead worker had sent may still be in a
+            // provider: read the ledgers once it has been handled.
+            providers.settled().await;
         }
         let rt = match open_journal(journal) {
             Ok(rt) => rt,
@@ -1325,8 +1576,32 @@ impl<'c> Round<'c> {
         if open.is_empty() {
             return Err("a worker parked an order but escalations() is empty".into());
         }
+        let mut unjustified = Vec::new();
         for esc in open {
             *summary.escalations.entry(esc.tool.clone()).or_default() += 1;
+            let history = rt
+                .history(&esc.key)
+                .await
+                .map_err(|e| format!("history of {}: {e}", esc.key))?;
+            match self.justify(&esc, &history, providers) {
+                Ok(why) => {
+                    *summary
+                        .justified
+                        .entry(format!("{}: {why}", esc.tool))
+                        .or_default() += 1
+                }
+                Err(why) => unjustified.push(format!(
+                    "UNJUSTIFIED ESCALATION of {} ({}, order {}): {why}; its reason: {}; \
+                     attempts={} verify_answer={:?}; history: {:?}",
+                    esc.tool,
+                    esc.key,
+                    esc.args["order_id"],
+                    esc.reason,
+                    esc.attempts,
+                    esc.verify_answer,
+                    history.iter().map(|e| &e.kind).collect::<Vec<_>>()
+                )),
+            }
             let (resolution, note) = decide(&esc, providers)?;
             match resolution {
                 Resolution::Landed(_) => summary.resolved_landed += 1,
@@ -1337,7 +1612,133 @@ impl<'c> Round<'c> {
                 .map_err(|e| format!("resolve {}: {e}", esc.key))?;
             resolved += 1;
         }
+        if !unjustified.is_empty() {
+            return Err(unjustified.join("\n"));
+        }
         Ok(resolved)
+    }
+
+    /// What in this round justifies an escalation, or why nothing does.
+    ///
+    /// - at_most_once: a kill while the call was in flight (the operation
+    ///   was recovered from the journal, and a worker of this round died),
+    ///   or an ambiguous outcome of the call itself, of which there are no
+    ///   more than the provider injected faults that make one.
+    /// - provider: the retry budget (attempts or max_elapsed) or the
+    ///   provider's dedupe window, measured from the operation's own
+    ///   journal record (a provider that deduplicates is otherwise always
+    ///   safe to retry).
+    /// - journal: verify could not tell (its recorded answer was neither
+    ///   landed nor not landed), no more often than the provider injected
+    ///   faults (on a look-up, or an outage that a look-up ran into).
+    fn justify(
+        &mut self,
+        esc: &Escalation,
+        history: &[idem::AuditEvent],
+        providers: &Providers,
+    ) -> Result<&'static str, String> {
+        let tool = descriptor(&esc.tool).ok_or_else(|| format!("unknown tool {}", esc.tool))?;
+        // This episode: what happened since the last operator answer.
+        let since = history
+            .iter()
+            .rposition(|e| {
+                matches!(
+                    e.kind,
+                    EventKind::Resolved { .. } | EventKind::Amended { .. }
+                )
+            })
+            .map_or(0, |i| i + 1);
+        let episode = &history[since..];
+        let (provider, stats) = match esc.tool.as_str() {
+            "charge" => ("payments", providers.payments().faults().stats()),
+            "send_email" => ("email", providers.email().faults().stats()),
+            "open_ticket" => ("tickets", providers.tickets().faults().stats()),
+            _ => ("wire", providers.wire().faults().stats()),
+        };
+        let mut charge_to_faults = |kinds: &[&str]| -> Result<(), String> {
+            let injected: u64 = stats
+                .iter()
+                .filter(|(label, _)| kinds.is_empty() || kinds.contains(label))
+                .map(|(_, n)| n)
+                .sum();
+            let used = self.charged_to_faults.entry(provider).or_default();
+            if *used >= injected {
+                return Err(format!(
+                    "{used} escalations already account for the {injected} faults the {provider} \
+                     provider injected this round ({stats:?})"
+                ));
+            }
+            *used += 1;
+            Ok(())
+        };
+        match tool.class {
+            Class::AtMostOnce => {
+                let recovered = episode.iter().any(
+                    |e| matches!(e.kind, EventKind::Recovered { attempts, .. } if attempts > 0),
+                );
+                if recovered && self.kills > 0 {
+                    return Ok("kill mid-call");
+                }
+                // A fault that leaves the outcome unknown to the caller.
+                charge_to_faults(&[
+                    "error_before_apply",
+                    "error_after_apply",
+                    "timeout_after_apply",
+                    "timeout_before_apply",
+                    "disconnect_after_apply",
+                    "disconnect_before_apply",
+                ])
+                .map(|()| "ambiguous outcome")
+            }
+            Class::Provider => {
+                let first_sent = history
+                    .iter()
+                    .find(|e| matches!(e.kind, EventKind::Attempt { .. }))
+                    .map(|e| e.at_ms)
+                    .unwrap_or(esc.first_attempt_ms);
+                let age = Duration::from_millis(esc.escalated_ms.saturating_sub(first_sent));
+                let elapsed =
+                    Duration::from_millis(esc.escalated_ms.saturating_sub(esc.first_attempt_ms));
+                let policy = &tool.retry;
+                if age >= tool.dedupe_window {
+                    Ok("dedupe window passed")
+                } else if esc.attempts >= policy.max_attempts {
+                    Ok("attempts spent")
+                } else if policy
+                    .max_elapsed
+                    // The engine stops when the next backoff would overrun.
+                    .is_some_and(|max| elapsed + policy.max_interval >= max)
+                {
+                    Ok("max_elapsed spent")
+                } else {
+                    Err(format!(
+                        "a provider-class tool escalated with its budget ({} of {} attempts, \
+                         {elapsed:?} of {:?}) and the dedupe window ({age:?} of {:?}) left",
+                        esc.attempts, policy.max_attempts, policy.max_elapsed, tool.dedupe_window
+                    ))
+                }
+            }
+            Class::Journal => {
+                let verdict = episode.iter().rev().find_map(|e| match &e.kind {
+                    EventKind::Verified { verdict } => Some(verdict.as_str()),
+                    _ => None,
+                });
+                let verified = verdict.is_some();
+                let told = matches!(verdict, Some("landed") | Some("not_landed"));
+                if told || !verified {
+                    return Err(format!(
+                        "a journal tool escalated although verify {}",
+                        if verified {
+                            "could tell"
+                        } else {
+                            "was not asked"
+                        }
+                    ));
+                }
+                charge_to_faults(&[]).map(|()| "verify could not tell")
+            }
+            Class::ReadOnly => Err("a read_only tool has nothing to escalate".into()),
+        }
     }
 
     /// Every check of a finished round. Counts duplicates and lost
@@ -1349,6 +1750,8 @@ impl<'c> Round<'c> {
         summary: &mut Summary,
     ) -> Result<(), String> {
         let mut problems = Vec::new();
+        // A request a killed worker sent may still be in a provider.
+        providers.settled().await;
 
         // 1. The providers' ledgers, by business identity.
         let charges = providers.payments().ledger();
@@ -1435,6 +1838,7 @@ impl<'c> Round<'c> {
                     .get(&(run.clone(), tool.to_string()))
                     .copied()
                     .unwrap_or(0);
+                summary.audited_commits += u64::from(n);
                 if n == 0 {
                     summary.audit_gaps += 1;
                 }

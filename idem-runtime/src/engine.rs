@@ -189,6 +189,25 @@ where
     shared.saw(tool, hooks.check_landed);
     let local: &Local = shared.journal.local();
     let digest = *key.digest();
+    // A result this runtime has seen committed is final: replay it
+    // without reading the journal. (Other arguments take the journal's
+    // path, which records the drift and applies the tool's policy.)
+    if let Some(hit) = shared.replays.get(&digest, tool.name, tool.class) {
+        if hit.fingerprint == called.fingerprint {
+            if let Ok(value) = codec::decode(&hit.result) {
+                let key = key.with_generation(hit.generation);
+                shared
+                    .audit
+                    .emit(
+                        &*shared.journal,
+                        draft(ctx, tool.name, Some(&key), EventKind::DedupeHit),
+                        Durability::Eventual,
+                    )
+                    .await?;
+                return Ok(value);
+            }
+        }
+    }
     let deadline = tokio::time::Instant::now() + shared.in_flight_wait;
     let mut waited = false;
     loop {
@@ -557,13 +576,16 @@ impl<'a> Op<'a> {
             return self.run(body, hooks).await;
         }
         match &self.rec.state {
-            State::Committed { result, .. } => {
+            State::Committed { result, via } => {
                 self.check_drift(called).await?;
                 let value = codec::decode(&result.0).map_err(|detail| Error::Result {
                     key: self.key.to_string(),
                     op: "decoded",
                     detail,
                 })?;
+                if *via != Via::Operator {
+                    self.remember(&result.0);
+                }
                 self.emit(EventKind::DedupeHit).await?;
                 Ok(value)
             }
@@ -593,28 +615,27 @@ impl<'a> Op<'a> {
             }
             // A call that waited for a concurrent duplicate shares its
             // decision: the same operation, decided once.
-            State::Rejected { error } if waited => {
-                let error = error.clone();
+            State::Rejected { error } | State::Failed { error } if waited => {
+                let (key, error) = (self.key.to_string(), error.clone());
+                let refused = matches!(self.rec.state, State::Rejected { .. });
+                let (reason, shared) = if refused {
+                    ("refusal", Error::Rejected { key, error })
+                } else {
+                    let attempts = self.rec.attempts;
+                    (
+                        "failure",
+                        Error::Failed {
+                            key,
+                            attempts,
+                            error,
+                        },
+                    )
+                };
                 self.emit(EventKind::Refused {
-                    reason: "shares the refusal of the concurrent call it waited for".into(),
+                    reason: format!("shares the {reason} of the concurrent call it waited for"),
                 })
                 .await?;
-                Err(Halt::Tool(ToolError::Journal(Error::Rejected {
-                    key: self.key.to_string(),
-                    error,
-                })))
-            }
-            State::Failed { error } if waited => {
-                let error = error.clone();
-                self.emit(EventKind::Refused {
-                    reason: "shares the failure of the concurrent call it waited for".into(),
-                })
-                .await?;
-                Err(Halt::Tool(ToolError::Journal(Error::Failed {
-                    key: self.key.to_string(),
-                    attempts: self.rec.attempts,
-                    error,
-                })))
+                Err(Halt::Tool(ToolError::Journal(shared)))
             }
             State::Rejected { .. } => {
                 // The provider said no; a new call is a new decision, under
@@ -1132,7 +1153,15 @@ impl<'a> Op<'a> {
             via: via.label().into(),
         });
         match self.put(events, Durability::Immediate, true).await {
-            Ok(()) => Ok(value),
+            Ok(()) => {
+                if let (State::Committed { result, .. }, false) =
+                    (&self.rec.state, via == Via::Operator)
+                {
+                    let bytes = result.0.clone();
+                    self.remember(&bytes);
+                }
+                Ok(value)
+            }
             Err(Halt::Conflict) => {
                 // We were fenced off after the effect landed: say so, and let
                 // the call re-decide from the record the new owner wrote.
@@ -1141,6 +1170,21 @@ impl<'a> Op<'a> {
             }
             Err(h) => Err(h),
         }
+    }
+
+    /// Keeps a final result (committed by a call or learned by verify) for
+    /// replays without a journal read.
+    fn remember(&self, result: &[u8]) {
+        self.shared.replays.put(
+            *self.key.digest(),
+            crate::replays::Replay {
+                tool: self.tool.name,
+                class: self.tool.class,
+                generation: self.rec.generation,
+                fingerprint: self.rec.fingerprint,
+                result: std::sync::Arc::from(result),
+            },
+        );
     }
 
     /// Records that a write of this (stale) drive was refused.

@@ -431,7 +431,9 @@ impl IdemKey {
         let (tool, hex) = rest
             .rsplit_once('-')
             .ok_or_else(|| bad("no `-<digest>` part"))?;
-        if hex.len() != 64 || tool.is_empty() {
+        // ASCII first: the digest is sliced two bytes at a time below, and
+        // a multi-byte character there would be cut in half (a panic).
+        if hex.len() != 64 || !hex.is_ascii() || tool.is_empty() {
             return Err(bad("the digest is not 64 hex digits"));
         }
         let mut digest = [0u8; 32];
@@ -765,6 +767,26 @@ mod tests {
         assert!(IdemKey::parse("nope").is_err());
         assert!(IdemKey::parse(&key.as_str().replace("-g0", "-g00")).is_err());
         assert!(IdemKey::parse(&key.as_str().to_uppercase()).is_err());
+    }
+
+    #[test]
+    fn non_ascii_text_is_refused_not_a_panic() {
+        // Found by the `key` fuzz target (fuzz/regressions/key/): a digest
+        // of 64 bytes holding a multi-byte character was sliced inside it.
+        let zeros = "0".repeat(61);
+        for text in [
+            format!("tool-0\u{e9}{zeros}-g0"),
+            format!("tool-{}0-g1", "\u{20ac}".repeat(21)),
+            format!("t\u{e9}-{}-g0", "0".repeat(64)),
+            format!("tool-{}-g\u{665}", "0".repeat(64)),
+            "\u{e9}-g0".to_string(),
+        ] {
+            let err = IdemKey::parse(&text).expect_err(&text);
+            assert!(matches!(err, crate::Error::BadKey { .. }), "{text}: {err}");
+            assert!(text.parse::<IdemKey>().is_err());
+            let json = serde_json::to_string(&text).unwrap();
+            assert!(serde_json::from_str::<IdemKey>(&json).is_err());
+        }
     }
 
     #[test]

@@ -8,6 +8,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "admin")]
+pub mod admin;
 mod audit;
 mod class;
 mod clock;
@@ -18,9 +20,14 @@ mod engine;
 mod error;
 mod escalation;
 mod failure;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod journal;
 mod key;
+mod private_files;
 mod record;
+mod replays;
 mod retry;
 mod runtime;
 

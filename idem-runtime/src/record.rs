@@ -25,6 +25,17 @@ const SMALL_LIMIT: usize = 64 << 20;
 /// Frames above this size hold large results; they decode with
 /// [`LARGE_LIMIT`], the largest record idem writes.
 const SMALL_FRAME: usize = 16 << 20;
+/// Smaller frames (nearly all records) decode with smaller limits, so that
+/// a corrupt length prefix in a frame of a few bytes cannot make bincode
+/// allocate megabytes before it finds the bytes missing (it allocates a
+/// string's buffer, then reads into it). Each limit is 4 times the largest
+/// body it is used for, as [`SMALL_LIMIT`] is for [`SMALL_FRAME`]: bincode's
+/// serde decoding claims only the bytes of strings and byte strings, which
+/// a valid body holds, so a valid body never claims more than its length.
+const TINY_FRAME: usize = 16 << 10;
+const TINY_LIMIT: usize = 64 << 10;
+const MEDIUM_FRAME: usize = 256 << 10;
+const MEDIUM_LIMIT: usize = 1 << 20;
 /// The largest record idem writes (and so the largest result it journals).
 pub(crate) const LARGE_LIMIT: usize = 1 << 30;
 
@@ -224,6 +235,14 @@ pub(crate) struct StepRecord {
     pub at_ms: u64,
 }
 
+fn tiny() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<TINY_LIMIT>()
+}
+
+fn medium() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MEDIUM_LIMIT>()
+}
+
 fn small() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<SMALL_LIMIT>()
 }
@@ -297,10 +316,11 @@ pub(crate) fn decode<T: DeserializeOwned>(
             "checksum mismatch (stored {stored:08x}, computed {actual:08x})"
         )));
     }
-    let decoded = if body.len() <= SMALL_FRAME {
-        bincode::serde::decode_from_slice(body, small())
-    } else {
-        bincode::serde::decode_from_slice(body, large())
+    let decoded = match body.len() {
+        n if n <= TINY_FRAME => bincode::serde::decode_from_slice(body, tiny()),
+        n if n <= MEDIUM_FRAME => bincode::serde::decode_from_slice(body, medium()),
+        n if n <= SMALL_FRAME => bincode::serde::decode_from_slice(body, small()),
+        _ => bincode::serde::decode_from_slice(body, large()),
     };
     let (value, read) = decoded.map_err(|e| corrupt(format!("undecodable body: {e}")))?;
     if read != body.len() {
@@ -408,6 +428,46 @@ mod tests {
                     "flip {i}/{bit} decoded"
                 );
             }
+        }
+    }
+
+    /// A frame with a valid checksum whose body is `body`.
+    fn frame(kind: Kind, body: &[u8]) -> Vec<u8> {
+        let mut out = vec![kind as u8, RECORD_VERSION];
+        out.extend(crc32(body).to_le_bytes());
+        out.extend(body);
+        out
+    }
+
+    #[test]
+    fn a_length_claim_beyond_the_frame_is_refused_before_allocating() {
+        // Found by the `record` fuzz target (fuzz/regressions/record/): a
+        // 15-byte input made bincode allocate 19 MB for the tool name.
+        // bincode allocates a string's buffer before reading it; the limit
+        // refuses the claim first (LimitExceeded), where the 64 MiB limit
+        // let it allocate and then fail on the missing bytes.
+        for claim in [100u32 << 10, 19 << 20, 60 << 20] {
+            let mut body = vec![0xfc]; // varint: a u32 follows
+            body.extend(claim.to_le_bytes());
+            let err =
+                decode::<OpRecord>(Kind::Op, &frame(Kind::Op, &body), "mem", b"k").unwrap_err();
+            assert!(
+                matches!(&err, Error::Corrupt { detail, .. } if detail.contains("LimitExceeded")),
+                "{claim}: {err}"
+            );
+        }
+        // Records near each limit's boundary still decode.
+        for len in [
+            TINY_FRAME - 200,
+            TINY_FRAME + 1,
+            MEDIUM_FRAME - 200,
+            MEDIUM_FRAME + 1,
+        ] {
+            let mut r = sample();
+            r.args = "x".repeat(len);
+            let bytes = encode(Kind::Op, &r).unwrap();
+            let back: OpRecord = decode(Kind::Op, &bytes, "mem", b"k").unwrap();
+            assert_eq!(back, r, "{len}");
         }
     }
 

@@ -78,6 +78,11 @@ pub(crate) struct Shared {
     /// `#[tool]` (hand-built descriptors), by name: what operators may need
     /// to check a resolution against.
     pub(crate) called: std::sync::Mutex<std::collections::HashMap<&'static str, Called>>,
+    /// Committed results seen by this runtime (a replay without a read).
+    pub(crate) replays: crate::replays::Replays,
+    /// The admin API server, while this runtime serves one.
+    #[cfg(feature = "admin")]
+    pub(crate) admin: std::sync::Mutex<Option<crate::admin::Running>>,
 }
 
 /// A tool seen making a call, with the result check its call carried.
@@ -123,6 +128,10 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        // First, while the journal is still held: stop serving and remove
+        // the address file, so it never names a process that is gone.
+        #[cfg(feature = "admin")]
+        drop(self.admin.get_mut().ok().and_then(Option::take));
         if let Some(task) = self.renewer.get_mut().ok().and_then(Option::take) {
             task.abort();
         }
@@ -138,6 +147,9 @@ pub struct RuntimeBuilder {
     in_flight_wait: Duration,
     retention: Duration,
     worker_id: Option<String>,
+    replay_cache: usize,
+    #[cfg(feature = "admin")]
+    pub(crate) admin: Option<crate::admin::AdminOptions>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -148,6 +160,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("in_flight_wait", &self.in_flight_wait)
             .field("retention", &self.retention)
             .field("worker_id", &self.worker_id)
+            .field("replay_cache", &self.replay_cache)
             .finish()
     }
 }
@@ -216,9 +229,28 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How many committed results the runtime keeps in memory to replay
+    /// them without reading the journal (default 4096; 0: none). Only
+    /// results committed by a call or found by `verify` are kept: they
+    /// never change.
+    pub fn replay_cache(mut self, results: usize) -> Self {
+        self.replay_cache = results;
+        self
+    }
+
     /// Opens the journal and starts the runtime.
     pub fn open(self) -> Result<Runtime, Error> {
         class::check_unique_names()?;
+        // Refused before the journal is touched.
+        #[cfg(feature = "admin")]
+        let admin = match self.admin {
+            Some(options) => {
+                crate::admin::require_tokio()?;
+                let dir = crate::admin::files_dir(&options, self.path.as_deref())?;
+                Some((options, dir))
+            }
+            None => None,
+        };
         let journal: Arc<dyn Journal> = match (self.journal, self.path) {
             (Some(j), _) => j,
             (None, Some(p)) => Arc::new(SledJournal::open_with(p, &self.sled)?),
@@ -250,9 +282,17 @@ impl RuntimeBuilder {
                 retention: self.retention,
                 renewer: std::sync::Mutex::new(None),
                 called: std::sync::Mutex::new(std::collections::HashMap::new()),
+                replays: crate::replays::Replays::with_capacity(self.replay_cache),
+                #[cfg(feature = "admin")]
+                admin: std::sync::Mutex::new(None),
             }),
         };
         rt.start_renewer();
+        #[cfg(feature = "admin")]
+        if let Some((options, dir)) = admin {
+            let running = crate::admin::start(&rt.shared, options, &dir)?;
+            *rt.shared.admin.lock().unwrap_or_else(|p| p.into_inner()) = Some(running);
+        }
         Ok(rt)
     }
 }
@@ -303,6 +343,9 @@ impl Runtime {
             in_flight_wait: Duration::from_secs(30),
             retention: Duration::from_secs(7 * 24 * 3600),
             worker_id: None,
+            replay_cache: crate::replays::CAPACITY,
+            #[cfg(feature = "admin")]
+            admin: None,
         }
     }
 
@@ -718,7 +761,7 @@ impl Runtime {
 }
 
 /// What [`Runtime::prune`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PruneReport {
     /// Everything last changed before this instant (ms since the epoch) was
     /// eligible.

@@ -1296,3 +1296,30 @@ fn futures_are_send() {
     ));
     assert_send(read_only(&ctx, tool("r", Class::ReadOnly), &p));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_committed_result_replays_without_reading_the_journal_again() {
+    for cache in [4096, 0] {
+        let faulty = FaultyJournal::new(MemJournal::new());
+        let rt = Runtime::builder()
+            .journal(faulty.clone())
+            .replay_cache(cache)
+            .open()
+            .unwrap();
+        let t = tool("t", Class::Journal);
+        let p = Provider::new(&[]);
+        call1(&rt, t, &p, VerifyMode::Provider).await.unwrap();
+        let loads = faulty.loads();
+        for _ in 0..10 {
+            assert_eq!(
+                call1(&rt, t, &p, VerifyMode::Provider).await.unwrap(),
+                "done:a"
+            );
+        }
+        let reads = faulty.loads() - loads;
+        assert_eq!(reads, if cache > 0 { 0 } else { 10 }, "cache {cache}");
+        assert_eq!(p.calls(), 1);
+        // Each replay is still in the audit stream.
+        assert_eq!(count(&rt, |k| *k == EventKind::DedupeHit).await, 10);
+    }
+}

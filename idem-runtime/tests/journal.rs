@@ -131,7 +131,10 @@ async fn a_record_from_a_newer_idem_is_refused() {
         .body;
     bytes[1] = 200;
     plant(&**rt.journal(), k.digest(), &bytes).await;
-    let err = call(&ctx, t, &p, 1, "a", VerifyMode::Provider)
+    // A fresh process (this one remembers the result it committed).
+    drop((ctx, rt));
+    let rt = open(dir.path());
+    let err = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Provider)
         .await
         .unwrap_err();
     assert!(

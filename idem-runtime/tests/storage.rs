@@ -306,6 +306,27 @@ fn replay_only_events_become_durable_within_the_bound_and_survive_sigkill() {
         .unwrap()
         .unwrap();
     assert_eq!(op.state, "committed");
+    // Sequence numbers go on after the kill: none is handed out again
+    // (sled's generate_id, which audit appends once used, was reused).
+    let after = tokio().block_on(async {
+        let p = Provider::new(&[]);
+        let t = tool("send", Class::Journal);
+        call(&rt.run("run"), t, &p, 1, "b", VerifyMode::Provider)
+            .await
+            .unwrap();
+        rt.audit(0).await.unwrap()
+    });
+    let seqs = |v: &[idem_runtime::AuditEvent]| v.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(&after[..events.len()]), seqs(&events));
+    assert!(
+        after.len() > events.len(),
+        "the new call's events are there"
+    );
+    assert!(
+        after.windows(2).all(|w| w[0].seq < w[1].seq),
+        "sequence numbers repeat after the kill: {:?}",
+        seqs(&after)
+    );
 }
 
 // ---------------------------------------------------------------------------

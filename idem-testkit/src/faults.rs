@@ -134,11 +134,13 @@ impl Fault {
 ///
 /// Created by [`FaultControl::hold_next`]. A request that draws the gate
 /// signals [`Gate::arrived`] and then waits for [`Gate::release`] (or for the
-/// provider to shut down).
+/// provider to shut down); once the provider has finished with it (applied
+/// its effect, or refused it) it signals [`Gate::handled`].
 #[derive(Clone)]
 pub struct Gate {
     arrived: Arc<watch::Sender<bool>>,
     released: Arc<watch::Sender<bool>>,
+    handled: Arc<watch::Sender<bool>>,
 }
 
 impl Gate {
@@ -146,6 +148,7 @@ impl Gate {
         Gate {
             arrived: Arc::new(watch::Sender::new(false)),
             released: Arc::new(watch::Sender::new(false)),
+            handled: Arc::new(watch::Sender::new(false)),
         }
     }
 
@@ -161,10 +164,23 @@ impl Gate {
         self.released.send_replace(true);
     }
 
+    /// Waits until the provider has finished handling the held request: its
+    /// effect is in the ledger if it applied one, and its answer is decided
+    /// (sent or not, the client may be gone). What a test waits for instead
+    /// of guessing how long the provider takes after [`Gate::release`].
+    pub async fn handled(&self) {
+        let mut rx = self.handled.subscribe();
+        let _ = rx.wait_for(|v| *v).await;
+    }
+
     pub(crate) async fn pass(&self) {
         self.arrived.send_replace(true);
         let mut rx = self.released.subscribe();
         let _ = rx.wait_for(|v| *v).await;
+    }
+
+    pub(crate) fn mark_handled(&self) {
+        self.handled.send_replace(true);
     }
 }
 
@@ -173,6 +189,7 @@ impl fmt::Debug for Gate {
         f.debug_struct("Gate")
             .field("arrived", &*self.arrived.borrow())
             .field("released", &*self.released.borrow())
+            .field("handled", &*self.handled.borrow())
             .finish()
     }
 }

@@ -59,6 +59,7 @@ pub struct FaultyJournal {
     applied_then_failed: AtomicBool,
     writes: AtomicUsize,
     syncs: AtomicUsize,
+    loads: AtomicUsize,
 }
 
 impl FaultyJournal {
@@ -72,6 +73,7 @@ impl FaultyJournal {
             applied_then_failed: AtomicBool::new(false),
             writes: AtomicUsize::new(0),
             syncs: AtomicUsize::new(0),
+            loads: AtomicUsize::new(0),
         })
     }
 
@@ -120,6 +122,11 @@ impl FaultyJournal {
     /// Barriers attempted so far.
     pub fn syncs(&self) -> usize {
         self.syncs.load(Ordering::SeqCst)
+    }
+
+    /// Records read so far.
+    pub fn loads(&self) -> usize {
+        self.loads.load(Ordering::SeqCst)
     }
 
     /// The log (shared: tests add their own lines to it).
@@ -200,6 +207,7 @@ impl Journal for FaultyJournal {
         space: Space,
         key: &'a Digest,
     ) -> BoxFuture<'a, Result<Option<Loaded>, Error>> {
+        self.loads.fetch_add(1, Ordering::SeqCst);
         self.inner.load(space, key)
     }
 

@@ -10,12 +10,13 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::addrs::ProviderAddrs;
+use crate::client::HttpClient;
 use crate::clock::Clock;
 use crate::email::{Email, SentMessage};
 use crate::faults::FaultControl;
 use crate::ledger::{Duplicate, Effect, Ledger};
 use crate::payments::{ChargeRecord, Payments, PaymentsConfig};
-use crate::server::{self, Running, ServerConfig, Service};
+use crate::server::{self, Busy, Running, ServerConfig, Service};
 use crate::tickets::{Ticket, Tickets};
 use crate::wire::{WireReceipt, Wires};
 
@@ -57,6 +58,7 @@ pub struct Provider<E> {
     name: &'static str,
     addr: SocketAddr,
     faults: FaultControl,
+    busy: Busy,
     ledger: Ledger<E>,
 }
 
@@ -83,6 +85,25 @@ impl<E: Effect> Provider<E> {
     /// Its fault controls.
     pub fn faults(&self) -> &FaultControl {
         &self.faults
+    }
+
+    /// Waits until every request sent to this provider before the call has
+    /// been handled: its effect, if it applies one, is in the ledger. What
+    /// a harness waits for after a client died with requests on the wire,
+    /// instead of a fixed delay (a human operator would wait for the bank
+    /// statement to settle the same way).
+    ///
+    /// A request held by a [`crate::Gate`] counts until it is released. A
+    /// request whose connection the listener had not accepted yet is found
+    /// with a probe: connections are accepted in the order they were made,
+    /// so once the probe's own request is answered every earlier one is
+    /// counted. (If the listener is closed, as in an outage, the connections
+    /// it had not accepted were reset and apply nothing.)
+    pub async fn settled(&self) {
+        let probe = HttpClient::new(self.addr);
+        // Any answer will do (404): it proves the accept loop got this far.
+        let _ = probe.request("GET", "/__settled", &[], &[]).await;
+        self.busy.idle().await;
     }
 
     /// A snapshot of every effect applied so far, in order.
@@ -135,7 +156,12 @@ impl Starter<'_> {
         service: impl FnOnce(Ledger<E>) -> S,
     ) -> io::Result<Provider<E>> {
         let ledger = Ledger::default();
-        let Running { addr, faults, task } = server::spawn(
+        let Running {
+            addr,
+            faults,
+            busy,
+            task,
+        } = server::spawn(
             SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             Arc::new(service(ledger.clone())),
             self.server.clone(),
@@ -147,6 +173,7 @@ impl Starter<'_> {
             name,
             addr,
             faults,
+            busy,
             ledger,
         })
     }
@@ -258,6 +285,17 @@ impl Providers {
         all.extend(self.tickets.duplicate_report());
         all.extend(self.wire.duplicate_report());
         all
+    }
+
+    /// [`Provider::settled`] for all four: every request sent to any of them
+    /// before the call has been handled.
+    pub async fn settled(&self) {
+        tokio::join!(
+            self.payments.settled(),
+            self.email.settled(),
+            self.tickets.settled(),
+            self.wire.settled()
+        );
     }
 
     /// All ledgers as one JSON object keyed by provider name.

@@ -120,10 +120,53 @@ impl AfterApply {
 
 /// The fault drawn for one request, consumed stage by stage by the service:
 /// [`Injected::before_apply`], then [`Injected::processing`], then (after
-/// applying) [`Injected::after_apply`].
+/// applying) [`Injected::after_apply`]. The service drops it when it is done
+/// with the request, which is when a held request counts as handled.
 pub(crate) struct Injected {
     fault: Option<Fault>,
     shutdown: watch::Receiver<bool>,
+}
+
+impl Drop for Injected {
+    fn drop(&mut self) {
+        if let Some(Fault::Hold(gate)) = &self.fault {
+            gate.mark_handled();
+        }
+    }
+}
+
+/// How many requests a provider has accepted and not finished handling
+/// (effect applied or refused, answer decided). Shared by the accept loop,
+/// the connection tasks and the provider's handle.
+#[derive(Clone, Debug)]
+pub(crate) struct Busy(Arc<watch::Sender<usize>>);
+
+impl Busy {
+    fn new() -> Self {
+        Busy(Arc::new(watch::Sender::new(0)))
+    }
+
+    /// Counts one more request until the guard is dropped.
+    fn enter(&self) -> BusyGuard {
+        self.0.send_modify(|n| *n += 1);
+        BusyGuard(self.clone())
+    }
+
+    /// Waits until no accepted request is being handled.
+    pub(crate) async fn idle(&self) {
+        let mut rx = self.0.subscribe();
+        // The sender lives in self, so the channel cannot close under us.
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+}
+
+/// One request (or connection not yet read) in [`Busy`]'s count.
+struct BusyGuard(Busy);
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        self.0 .0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 impl Injected {
@@ -213,6 +256,7 @@ fn reserve(addr: SocketAddr) -> io::Result<TcpSocket> {
 pub(crate) struct Running {
     pub addr: SocketAddr,
     pub faults: FaultControl,
+    pub busy: Busy,
     pub task: JoinHandle<()>,
 }
 
@@ -227,6 +271,7 @@ pub(crate) async fn spawn<S: Service>(
     let addr = listener.local_addr()?;
     let (tx, rx) = mpsc::unbounded_channel();
     let faults = FaultControl::new(tx);
+    let busy = Busy::new();
     let task = tokio::spawn(accept_loop(
         listener,
         addr,
@@ -234,17 +279,24 @@ pub(crate) async fn spawn<S: Service>(
         Conn {
             service,
             faults: faults.clone(),
+            busy: busy.clone(),
             config: Arc::new(config),
             shutdown,
         },
     ));
-    Ok(Running { addr, faults, task })
+    Ok(Running {
+        addr,
+        faults,
+        busy,
+        task,
+    })
 }
 
 /// Everything a connection task needs.
 struct Conn<S> {
     service: Arc<S>,
     faults: FaultControl,
+    busy: Busy,
     config: Arc<ServerConfig>,
     shutdown: watch::Receiver<bool>,
 }
@@ -254,6 +306,7 @@ impl<S> Clone for Conn<S> {
         Conn {
             service: Arc::clone(&self.service),
             faults: self.faults.clone(),
+            busy: self.busy.clone(),
             config: Arc::clone(&self.config),
             shutdown: self.shutdown.clone(),
         }
@@ -288,7 +341,10 @@ async fn accept_loop<S: Service>(
                 accepted = listener.accept() => {
                     match accepted {
                         Ok((stream, _)) => {
-                            tokio::spawn(serve(stream, conn.clone()));
+                            // Counted from the accept on, so that a request
+                            // already on the wire is never missed by `idle`.
+                            let busy = conn.busy.enter();
+                            tokio::spawn(serve(stream, conn.clone(), busy));
                         }
                         // Out of descriptors and the like: back off instead
                         // of spinning, the listener itself is still fine.
@@ -380,14 +436,14 @@ fn reopen_listener(state: Listening, addr: SocketAddr) -> (Listening, io::Result
     }
 }
 
-async fn serve<S: Service>(stream: TcpStream, conn: Conn<S>) {
+async fn serve<S: Service>(stream: TcpStream, conn: Conn<S>, busy: BusyGuard) {
     tokio::select! {
-        () = serve_inner(stream, &conn) => {}
+        () = serve_inner(stream, &conn, busy) => {}
         () = until_shutdown(conn.shutdown.clone()) => {}
     }
 }
 
-async fn serve_inner<S: Service>(mut stream: TcpStream, conn: &Conn<S>) {
+async fn serve_inner<S: Service>(mut stream: TcpStream, conn: &Conn<S>, busy: BusyGuard) {
     let _ = stream.set_nodelay(true);
     let read = http::read_request(&mut stream, conn.config.max_body);
     let req = match tokio::time::timeout(conn.config.read_timeout, read).await {
@@ -410,7 +466,11 @@ async fn serve_inner<S: Service>(mut stream: TcpStream, conn: &Conn<S>) {
         fault,
         shutdown: conn.shutdown.clone(),
     };
-    match conn.service.handle(req, injected).await {
+    let reply = conn.service.handle(req, injected).await;
+    // Handled: whatever it applied is in the ledger, whether or not the
+    // answer reaches the client.
+    drop(busy);
+    match reply {
         Reply::Respond(resp) => {
             let _ = stream.write_all(&resp.to_bytes()).await;
             let _ = stream.shutdown().await;

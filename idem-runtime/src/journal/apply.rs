@@ -22,6 +22,39 @@ use super::digest::{self, Digest};
 use super::events::{self, Event};
 use super::wal::{Change, Tree, Unit};
 
+/// Why applying or scanning failed: damage in sled's files (sled reports
+/// corruption, or a value of ours does not decode), or an I/O error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Failed {
+    Damaged(String),
+    Io(String),
+}
+
+impl Failed {
+    fn text(&self) -> &str {
+        match self {
+            Failed::Damaged(t) | Failed::Io(t) => t,
+        }
+    }
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.text())
+    }
+}
+
+impl From<sled::Error> for Failed {
+    fn from(e: sled::Error) -> Self {
+        match e {
+            sled::Error::Io(_) => Failed::Io(e.to_string()),
+            // Corruption, a bug report, an unsupported layout: all say the
+            // files are not what sled wrote.
+            other => Failed::Damaged(other.to_string()),
+        }
+    }
+}
+
 /// sled's trees of one journal.
 pub(super) struct Trees {
     pub db: sled::Db,
@@ -59,13 +92,12 @@ pub(super) struct Applied {
 pub(super) fn apply<'a>(
     trees: &Trees,
     units: impl IntoIterator<Item = &'a Unit>,
-) -> Result<Applied, String> {
+) -> Result<Applied, Failed> {
     let mut applied = Applied::default();
     // Events are merged into their buckets once per bucket, after the
     // units (a truncation in between applies to the buckets as they are
     // by then, so pending bucket changes are written before it).
     let mut buckets: BTreeMap<u64, Vec<Event>> = BTreeMap::new();
-    let err = |e: sled::Error| e.to_string();
     for unit in units {
         applied.delta.apply(unit.xor, unit.count);
         applied.last_lsn = Some(unit.lsn);
@@ -73,13 +105,10 @@ pub(super) fn apply<'a>(
         for change in &unit.changes {
             match change {
                 Change::Put { tree, key, value } => {
-                    trees
-                        .tree(*tree)
-                        .insert(key, value.as_slice())
-                        .map_err(err)?;
+                    trees.tree(*tree).insert(key, value.as_slice())?;
                 }
                 Change::Remove { tree, key } => {
-                    trees.tree(*tree).remove(key).map_err(err)?;
+                    trees.tree(*tree).remove(key)?;
                 }
                 Change::Event { seq, bytes } => {
                     applied.last_seq = Some(*seq);
@@ -99,53 +128,41 @@ pub(super) fn apply<'a>(
     Ok(applied)
 }
 
-fn write_buckets(trees: &Trees, buckets: BTreeMap<u64, Vec<Event>>) -> Result<(), String> {
+fn write_buckets(trees: &Trees, buckets: BTreeMap<u64, Vec<Event>>) -> Result<(), Failed> {
     for (key, new) in buckets {
-        let mut bucket = match trees
-            .audit
-            .get(key.to_be_bytes())
-            .map_err(|e| e.to_string())?
-        {
-            Some(v) => events::decode_bucket(&v).map_err(|e| format!("audit bucket {key}: {e}"))?,
+        let mut bucket = match trees.audit.get(key.to_be_bytes())? {
+            Some(v) => events::decode_bucket(&v)
+                .map_err(|e| Failed::Damaged(format!("audit bucket {key}: {e}")))?,
             None => Vec::new(),
         };
         events::merge(&mut bucket, new);
         trees
             .audit
-            .insert(key.to_be_bytes(), events::encode_bucket(&bucket))
-            .map_err(|e| e.to_string())?;
+            .insert(key.to_be_bytes(), events::encode_bucket(&bucket))?;
     }
     Ok(())
 }
 
 /// Removes every event below `before` from sled's buckets.
-fn truncate(trees: &Trees, before: u64) -> Result<(), String> {
+fn truncate(trees: &Trees, before: u64) -> Result<(), Failed> {
     let end = events::bucket_of(before);
     let doomed: Vec<_> = trees
         .audit
         .range(..end.to_be_bytes())
         .keys()
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
+        .collect::<Result<_, _>>()?;
     for key in doomed {
-        trees.audit.remove(key).map_err(|e| e.to_string())?;
+        trees.audit.remove(key)?;
     }
-    if let Some(v) = trees
-        .audit
-        .get(end.to_be_bytes())
-        .map_err(|e| e.to_string())?
-    {
-        let mut bucket =
-            events::decode_bucket(&v).map_err(|e| format!("audit bucket {end}: {e}"))?;
+    if let Some(v) = trees.audit.get(end.to_be_bytes())? {
+        let mut bucket = events::decode_bucket(&v)
+            .map_err(|e| Failed::Damaged(format!("audit bucket {end}: {e}")))?;
         bucket.retain(|(seq, _)| *seq >= before);
         let key = end.to_be_bytes();
         if bucket.is_empty() {
-            trees.audit.remove(key).map_err(|e| e.to_string())?;
+            trees.audit.remove(key)?;
         } else {
-            trees
-                .audit
-                .insert(key, events::encode_bucket(&bucket))
-                .map_err(|e| e.to_string())?;
+            trees.audit.insert(key, events::encode_bucket(&bucket))?;
         }
     }
     Ok(())
@@ -153,19 +170,20 @@ fn truncate(trees: &Trees, before: u64) -> Result<(), String> {
 
 /// The digest of everything sled holds, and the last audit sequence number
 /// in it. Reads every entry: this is what opening a journal costs.
-pub(super) fn scan_digest(trees: &Trees) -> Result<(Digest, Option<u64>), String> {
+pub(super) fn scan_digest(trees: &Trees) -> Result<(Digest, Option<u64>), Failed> {
     let mut d = Digest::default();
     for t in Tree::ALL {
         for item in trees.tree(t).iter() {
-            let (k, v) = item.map_err(|e| e.to_string())?;
+            let (k, v) = item?;
             d.add(digest::entry_hash(t as u8, &k, &v));
         }
     }
     let mut last = None;
     for item in trees.audit.iter() {
-        let (k, v) = item.map_err(|e| e.to_string())?;
-        let bucket = events::decode_bucket(&v)
-            .map_err(|e| format!("audit bucket {}: {e}", super::super::key::hex(&k)))?;
+        let (k, v) = item?;
+        let bucket = events::decode_bucket(&v).map_err(|e| {
+            Failed::Damaged(format!("audit bucket {}: {e}", super::super::key::hex(&k)))
+        })?;
         for (seq, bytes) in bucket {
             d.add(digest::entry_hash(
                 digest::AUDIT,

@@ -4,14 +4,13 @@
 //! temporary name, fsynced, renamed, and the directory fsynced.
 
 use std::fs;
-use std::io::Write as _;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::digest::Digest;
-use super::wal::{private_file, sync_dir};
 use crate::error::Error;
+use crate::private_files;
 use crate::record::{self, Kind};
 
 pub(super) const META: &str = "idem-meta";
@@ -75,25 +74,18 @@ pub(super) fn write<T: Serialize>(
     value: &T,
 ) -> Result<(), Error> {
     let bytes = record::encode(kind, value)?;
-    let tmp = dir.join(format!("{name}.tmp"));
-    let target = dir.join(name);
-    let location = target.display().to_string();
-    let io = |e: std::io::Error| Error::storage("write", &location, e);
-    let mut f = private_file()
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(io)?;
-    f.write_all(&bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    drop(f);
-    fs::rename(&tmp, &target).map_err(io)?;
-    sync_dir(dir).map_err(io)
+    private_files::replace(dir, name, &[&bytes], true)
+        .map_err(|e| Error::storage("write", &dir.join(name).display().to_string(), e))
 }
+
+/// The admin API's bearer token and address (`idem_runtime::admin`). They
+/// are accepted in every build, not only with feature `admin`, so that a
+/// journal once served by the admin API still opens in a program without it.
+const ADMIN: [&str; 2] = ["idem-admin-token", "idem-admin-addr"];
 
 /// Whether a file name is one of these files (or their temporaries).
 pub(super) fn is_own(name: &str) -> bool {
-    [META, CHECKPOINT]
+    [META, CHECKPOINT, ADMIN[0], ADMIN[1]]
         .iter()
         .any(|f| name == *f || name.strip_suffix(".tmp") == Some(f))
 }

@@ -37,6 +37,8 @@ mod apply;
 mod digest;
 mod events;
 mod files;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod fuzzing;
 mod local;
 mod sled;
 mod store;

@@ -14,7 +14,7 @@
 //! durable, records the checkpoint, deletes the segments and drops the
 //! overlay entries they covered. See `apply.rs`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -91,7 +91,8 @@ struct State {
     next_seq: u64,
     /// Every unit up to this lsn is durable.
     durable_lsn: u64,
-    overlay: HashMap<(Tree, Digest), Pending>,
+    /// Ordered, so that scans and the escalation index read a range.
+    overlay: BTreeMap<(Tree, Digest), Pending>,
     tail: VecDeque<TailEvent>,
     /// Events below this number were truncated (sled may still hold them
     /// until the next checkpoint).
@@ -119,6 +120,22 @@ pub(super) struct Store {
 
 fn digest_of(key: &[u8]) -> Option<Digest> {
     key.try_into().ok()
+}
+
+/// A range of overlay keys.
+type KeyRange = (
+    std::ops::Bound<(Tree, Digest)>,
+    std::ops::Bound<(Tree, Digest)>,
+);
+
+/// The overlay's keys of `tree` after `after` (all if `None`).
+fn tree_range(tree: Tree, after: Option<&Digest>) -> KeyRange {
+    use std::ops::Bound;
+    let start = match after {
+        Some(a) => Bound::Excluded((tree, *a)),
+        None => Bound::Included((tree, [0; 32])),
+    };
+    (start, Bound::Included((tree, [0xff; 32])))
 }
 
 impl Store {
@@ -150,7 +167,7 @@ impl Store {
                 next_lsn: checkpoint.next_lsn,
                 next_seq: checkpoint.next_seq,
                 durable_lsn: checkpoint.next_lsn.saturating_sub(1),
-                overlay: HashMap::new(),
+                overlay: BTreeMap::new(),
                 tail: VecDeque::new(),
                 floor: 0,
                 eventual_scheduled: false,
@@ -459,8 +476,7 @@ impl Store {
         let overlay: Vec<(Digest, bool)> = {
             let st = self.lock();
             st.overlay
-                .iter()
-                .filter(|((t, _), _)| *t == Tree::Escalations)
+                .range(tree_range(Tree::Escalations, None))
                 .map(|((_, k), p)| (*k, p.value.is_some()))
                 .collect()
         };
@@ -481,51 +497,82 @@ impl Store {
         Ok(keys.into_iter().collect())
     }
 
-    /// Up to `limit` records of `tree` after `after`, in key order.
+    /// Up to `limit` records of `tree` after `after`, in key order: sled's
+    /// range and the overlay's, merged (the overlay's entry wins; its
+    /// removals hide sled's). The overlay is read a chunk at a time, so a
+    /// page costs its length plus the removals it skips, however large the
+    /// overlay is.
     pub(super) fn scan(
         &self,
         tree: Tree,
         after: Option<&Digest>,
         limit: usize,
     ) -> Result<Vec<(Digest, Loaded)>, Error> {
-        let overlay: BTreeMap<Digest, Option<Arc<[u8]>>> = {
-            let st = self.lock();
-            st.overlay
-                .iter()
-                .filter(|((t, k), _)| *t == tree && after.is_none_or(|a| k > a))
-                .map(|((_, k), p)| (*k, p.value.clone()))
-                .collect()
+        const CHUNK: usize = 256;
+        let decode = |k: Digest, v: &[u8]| -> Result<(Digest, Loaded), Error> {
+            let (h, body) = stored::decode(v).map_err(|d| self.corrupt(tree, &k, d))?;
+            Ok((k, stored::loaded(h, body)))
         };
-        let mut merged: BTreeMap<Digest, Arc<[u8]>> = BTreeMap::new();
-        let range = match after {
+        let mut sled_iter = match after {
             Some(a) => self.trees.tree(tree).range((
                 std::ops::Bound::Excluded(a.to_vec()),
                 std::ops::Bound::Unbounded,
             )),
             None => self.trees.tree(tree).range::<&[u8], _>(..),
         };
-        // Enough from sled that the overlay's removals cannot leave the
-        // page short.
-        for item in range.take(limit + overlay.len()) {
-            let (k, v) = item.map_err(|e| self.err("scan", e))?;
-            if let Some(d) = digest_of(&k) {
-                merged.insert(d, Arc::from(&*v));
+        let mut next_sled = || -> Result<Option<(Digest, sled::IVec)>, Error> {
+            for item in sled_iter.by_ref() {
+                let (k, v) = item.map_err(|e| self.err("scan", e))?;
+                if let Some(d) = digest_of(&k) {
+                    return Ok(Some((d, v)));
+                }
+            }
+            Ok(None)
+        };
+        let mut chunk: VecDeque<(Digest, Option<Arc<[u8]>>)> = VecDeque::new();
+        let mut cursor = after.copied();
+        let mut overlay_done = false;
+        let refill = |chunk: &mut VecDeque<_>, cursor: &mut Option<Digest>, done: &mut bool| {
+            if !chunk.is_empty() || *done {
+                return;
+            }
+            let st = self.lock();
+            chunk.extend(
+                st.overlay
+                    .range(tree_range(tree, cursor.as_ref()))
+                    .take(CHUNK)
+                    .map(|((_, k), p)| (*k, p.value.clone())),
+            );
+            drop(st);
+            match chunk.back() {
+                Some((k, _)) => *cursor = Some(*k),
+                None => *done = true,
+            }
+        };
+        let mut out = Vec::new();
+        let mut sled_head = next_sled()?;
+        while out.len() < limit {
+            refill(&mut chunk, &mut cursor, &mut overlay_done);
+            match (chunk.front(), &sled_head) {
+                (None, None) => break,
+                (Some((o, _)), s) if s.as_ref().is_none_or(|(sk, _)| o <= sk) => {
+                    let (o, value) = chunk.pop_front().expect("front exists");
+                    if sled_head.as_ref().is_some_and(|(sk, _)| *sk == o) {
+                        sled_head = next_sled()?;
+                    }
+                    if let Some(v) = value {
+                        out.push(decode(o, &v)?);
+                    }
+                }
+                (_, Some(_)) => {
+                    let (k, v) = sled_head.take().expect("head exists");
+                    out.push(decode(k, &v)?);
+                    sled_head = next_sled()?;
+                }
+                (Some(_), None) => unreachable!("covered by the first arm"),
             }
         }
-        for (k, v) in overlay {
-            match v {
-                Some(v) => drop(merged.insert(k, v)),
-                None => drop(merged.remove(&k)),
-            }
-        }
-        merged
-            .into_iter()
-            .take(limit)
-            .map(|(k, v)| {
-                let (h, body) = stored::decode(&v).map_err(|d| self.corrupt(tree, &k, d))?;
-                Ok((k, stored::loaded(h, body)))
-            })
-            .collect()
+        Ok(out)
     }
 
     /// Logs the removal of every event below `before`.
@@ -851,7 +898,7 @@ impl Store {
             }
             units.extend(seg.units);
         }
-        let applied = apply::apply(&self.trees, &units)?;
+        let applied = apply::apply(&self.trees, &units).map_err(|f| f.to_string())?;
         apply::sync_sled(&self.dir, &self.trees).map_err(|e| e.to_string())?;
         let mut digest = prev.digest();
         digest.apply(applied.delta.xor, applied.delta.count);

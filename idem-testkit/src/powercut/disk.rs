@@ -392,28 +392,13 @@ impl Disk {
         uid: u32,
         gid: u32,
     ) -> Res<Ino> {
-        Self::check_name(name)?;
-        if self.dir(parent)?.entries.contains_key(name) {
-            return Err(libc::EEXIST);
-        }
-        let ino = self.new_node(
-            Body::File(FileNode {
-                data: Vec::new(),
-                durable: Vec::new(),
-                pending: Vec::new(),
-                links: 1,
-            }),
-            Attrs::new(perm, uid, gid),
-        );
-        self.record(NsOp {
-            changes: vec![EntryChange {
-                dir: parent,
-                name: name.to_os_string(),
-                old: None,
-                new: Some(ino),
-            }],
-        })?;
-        Ok(ino)
+        let file = Body::File(FileNode {
+            data: Vec::new(),
+            durable: Vec::new(),
+            pending: Vec::new(),
+            links: 1,
+        });
+        self.add_entry(parent, name, file, Attrs::new(perm, uid, gid))
     }
 
     /// A new, empty directory `parent/name`.
@@ -425,27 +410,41 @@ impl Disk {
         uid: u32,
         gid: u32,
     ) -> Res<Ino> {
+        let dir = Body::Dir(DirNode {
+            entries: BTreeMap::new(),
+            durable: BTreeMap::new(),
+            parent,
+        });
+        self.add_entry(parent, name, dir, Attrs::new(perm, uid, gid))
+    }
+
+    /// A new node under the new entry `parent/name`.
+    fn add_entry(&mut self, parent: Ino, name: &OsStr, body: Body, attrs: Attrs) -> Res<Ino> {
         Self::check_name(name)?;
         if self.dir(parent)?.entries.contains_key(name) {
             return Err(libc::EEXIST);
         }
-        let ino = self.new_node(
-            Body::Dir(DirNode {
-                entries: BTreeMap::new(),
-                durable: BTreeMap::new(),
-                parent,
-            }),
-            Attrs::new(perm, uid, gid),
-        );
+        let ino = self.new_node(body, attrs);
+        self.record_entry(parent, name, None, Some(ino))?;
+        Ok(ino)
+    }
+
+    /// Records one entry of `dir` changing from `old` to `new`.
+    fn record_entry(
+        &mut self,
+        dir: Ino,
+        name: &OsStr,
+        old: Option<Ino>,
+        new: Option<Ino>,
+    ) -> Res<()> {
         self.record(NsOp {
             changes: vec![EntryChange {
-                dir: parent,
+                dir,
                 name: name.to_os_string(),
-                old: None,
-                new: Some(ino),
+                old,
+                new,
             }],
-        })?;
-        Ok(ino)
+        })
     }
 
     /// Removes the file `parent/name`. Its data lives on while a handle is
@@ -453,14 +452,7 @@ impl Disk {
     pub(crate) fn unlink(&mut self, parent: Ino, name: &OsStr) -> Res<()> {
         let ino = self.lookup(parent, name)?;
         self.file_mut(ino)?.links -= 1;
-        self.record(NsOp {
-            changes: vec![EntryChange {
-                dir: parent,
-                name: name.to_os_string(),
-                old: Some(ino),
-                new: None,
-            }],
-        })
+        self.record_entry(parent, name, Some(ino), None)
     }
 
     /// Removes the empty directory `parent/name`.
@@ -472,14 +464,7 @@ impl Disk {
         if !self.dir(ino)?.entries.is_empty() {
             return Err(libc::ENOTEMPTY);
         }
-        self.record(NsOp {
-            changes: vec![EntryChange {
-                dir: parent,
-                name: name.to_os_string(),
-                old: Some(ino),
-                new: None,
-            }],
-        })
+        self.record_entry(parent, name, Some(ino), None)
     }
 
     /// rename(2), with RENAME_NOREPLACE if `no_replace`.

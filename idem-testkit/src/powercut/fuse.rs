@@ -73,6 +73,14 @@ fn errno(e: i32) -> Errno {
     Errno::from_i32(e)
 }
 
+/// Answers a request whose only result is success or an errno.
+fn done(reply: ReplyEmpty, result: Res<()>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
 fn time(t: TimeOrNow) -> SystemTime {
     match t {
         TimeOrNow::SpecificTime(t) => t,
@@ -190,17 +198,14 @@ impl Filesystem for Adapter {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.disk().and_then(|mut d| d.unlink(parent.0, name)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(
+            reply,
+            self.disk().and_then(|mut d| d.unlink(parent.0, name)),
+        )
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.disk().and_then(|mut d| d.rmdir(parent.0, name)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(reply, self.disk().and_then(|mut d| d.rmdir(parent.0, name)))
     }
 
     fn rename(
@@ -218,13 +223,11 @@ impl Filesystem for Adapter {
             return;
         }
         let no_replace = flags.contains(RenameFlags::RENAME_NOREPLACE);
-        match self
-            .disk()
-            .and_then(|mut d| d.rename(parent.0, name, newparent.0, newname, no_replace))
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(
+            reply,
+            self.disk()
+                .and_then(|mut d| d.rename(parent.0, name, newparent.0, newname, no_replace)),
+        )
     }
 
     fn link(
@@ -337,10 +340,7 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         // close(2) is no durability barrier.
-        match self.disk() {
-            Ok(_) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(reply, self.disk().map(drop))
     }
 
     fn release(
@@ -369,10 +369,7 @@ impl Filesystem for Adapter {
     ) {
         // fsync and fdatasync alike: the data and the size it needs; the
         // attributes that differ between them are not modelled.
-        match self.disk().and_then(|mut d| d.sync_file(ino.0)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(reply, self.disk().and_then(|mut d| d.sync_file(ino.0)))
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -418,10 +415,7 @@ impl Filesystem for Adapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.disk().and_then(|mut d| d.sync_dir(ino.0)) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(reply, self.disk().and_then(|mut d| d.sync_dir(ino.0)))
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -433,10 +427,7 @@ impl Filesystem for Adapter {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
-        match self.disk().and_then(|d| d.stat(ino.0)) {
-            Ok(_) => reply.ok(),
-            Err(e) => reply.error(errno(e)),
-        }
+        done(reply, self.disk().and_then(|d| d.stat(ino.0)).map(drop))
     }
 
     fn fallocate(

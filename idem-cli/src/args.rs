@@ -1,0 +1,125 @@
+//! The command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+const AFTER_HELP: &str = "\
+Finding the journal:
+  --journal DIR   talks to the process that holds the journal through its admin API
+                  (it writes DIR/idem-admin-addr when it starts with
+                  Runtime::builder().path(DIR).admin(\"127.0.0.1:0\")), or opens the
+                  journal directly when no process holds it.
+  --url URL       talks to an admin API at URL (e.g. through a tunnel); the token
+                  comes from IDEM_ADMIN_TOKEN.
+  --postgres URL  a PostgreSQL journal: not available in this build yet (the
+                  PostgreSQL journal is being built); fails with exit code 2.
+The token is IDEM_ADMIN_TOKEN when set, else DIR/idem-admin-token.
+
+Exit codes:
+  0  done
+  1  refused or failed (unknown key, not escalated, a result that does not fit the
+     tool's type, a journal error)
+  2  bad command line
+  3  the journal cannot be reached (no journal, held by a process without the admin
+     API, the process does not answer)
+  4  the admin API refused the token
+
+Errors go to stderr (as JSON with --json).";
+
+/// Operate an idem journal: escalations, resolutions, the audit stream.
+#[derive(Debug, Parser)]
+#[command(name = "idem", version, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// The journal directory.
+    #[arg(
+        long,
+        short = 'j',
+        value_name = "DIR",
+        env = "IDEM_JOURNAL",
+        global = true
+    )]
+    pub journal: Option<PathBuf>,
+
+    /// The URL of a running process's admin API, instead of --journal.
+    #[arg(long, value_name = "URL", env = "IDEM_ADMIN_URL", global = true)]
+    pub url: Option<String>,
+
+    /// A PostgreSQL journal (not available in this build yet).
+    #[arg(long, value_name = "URL", global = true)]
+    pub postgres: Option<String>,
+
+    /// Machine-readable output: JSON (JSON lines for `audit`).
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The tools of the running program, with their class, key and policies.
+    Tools,
+    /// Operations parked for a human, with their evidence.
+    Escalations,
+    /// One operation and its whole history.
+    Show {
+        /// The operation's key (as `idem escalations` shows it).
+        key: String,
+    },
+    /// Settles an escalated operation (or amends an earlier resolution).
+    Resolve {
+        /// The operation's key.
+        key: String,
+        /// How.
+        #[command(flatten)]
+        how: How,
+        /// Why: what the decision rests on (required).
+        #[arg(long, value_name = "TEXT")]
+        note: String,
+    },
+    /// The audit stream (JSON lines with --json).
+    Audit {
+        /// Start at this sequence number, or `end` for only what comes next.
+        #[arg(long, value_name = "N|end", default_value = "0")]
+        from: String,
+        /// Keep printing events as they happen (needs a running process).
+        #[arg(long)]
+        follow: bool,
+        /// Stop after this many events.
+        #[arg(long, value_name = "N", conflicts_with = "follow")]
+        limit: Option<u64>,
+    },
+    /// Per-tool counts: calls, retries, dedupe hits, replays, escalations.
+    Stats,
+    /// Removes finished operations, steps and events past the retention.
+    Prune {
+        /// With no running process: how long to keep finished operations
+        /// (e.g. `7d`; at least the longest dedupe_window of your tools).
+        /// A running process uses its own retention.
+        #[arg(long, value_name = "DURATION")]
+        keep: Option<String>,
+    },
+}
+
+/// The resolution: exactly one of these.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct How {
+    /// It landed; JSON is the provider's result, replayed to later calls (it
+    /// must fit the tool's result type).
+    #[arg(long, value_name = "JSON")]
+    pub landed: Option<String>,
+    /// It landed; the result is the JSON in FILE (`-`: standard input).
+    #[arg(long, value_name = "FILE")]
+    pub landed_file: Option<PathBuf>,
+    /// It did not land: the next call runs it again (same key).
+    #[arg(long)]
+    pub reissue: bool,
+    /// Never run it: later calls return Abandoned.
+    #[arg(long)]
+    pub abandon: bool,
+}

@@ -1,0 +1,289 @@
+//! Where the commands go: the running process's admin API, or the journal
+//! opened by this process when nobody holds it.
+
+use std::path::{Path, PathBuf};
+
+use idem_runtime::admin::{
+    AddressFile, OperationView, PruneView, ResolveRequest, Resolved, StatsView, ToolInfo,
+};
+use idem_runtime::{AuditEvent, Escalation, IdemKey, Runtime};
+
+use crate::client::Client;
+use crate::error::{exit, CliError};
+
+/// What answers the commands.
+#[derive(Debug)]
+pub enum Backend {
+    /// The process that holds the journal, through its admin API.
+    Remote(Client),
+    /// The journal itself, opened by this process (no process held it).
+    Local {
+        /// The open journal.
+        rt: Runtime,
+        /// Its directory.
+        dir: PathBuf,
+    },
+}
+
+/// Tools as a journal opened directly knows them: only by name.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ToolName {
+    /// The tool's name, as its audit events carry it.
+    pub name: String,
+    /// Calls counted in the audit stream.
+    pub calls: u64,
+}
+
+impl Backend {
+    /// Finds the process serving the journal in `dir`, or opens the journal
+    /// when no process holds it.
+    /// `keep`: the retention to open the journal with, if it is opened
+    /// directly (for `prune`).
+    pub async fn discover(
+        dir: &Path,
+        keep: Option<std::time::Duration>,
+    ) -> Result<Backend, CliError> {
+        match std::fs::read_dir(dir) {
+            Ok(mut entries) => {
+                if entries.next().is_none() {
+                    return Err(CliError::unreachable(format!(
+                        "{} is empty: no journal there",
+                        dir.display()
+                    )));
+                }
+            }
+            Err(e) => {
+                return Err(CliError::unreachable(format!(
+                    "no journal at {}: {e}",
+                    dir.display()
+                )))
+            }
+        }
+        let address = AddressFile::read(dir).map_err(|e| CliError::unreachable(e.to_string()))?;
+        if let Some(address) = &address {
+            // Who answers there first (no token needed), then the token.
+            let probe = Client::new(address.url.clone(), "")?;
+            if probe.is_instance(&address.instance).await {
+                let token = Client::token_for(dir)?;
+                return Ok(Backend::Remote(Client::new(address.url.clone(), token)?));
+            }
+            // The process that wrote it is gone (or something else listens
+            // there now): the journal may be free.
+        }
+        let mut builder = Runtime::builder().path(dir);
+        if let Some(keep) = keep {
+            builder = builder.retention(keep);
+        }
+        match builder.open() {
+            Ok(rt) => {
+                if address.is_some() {
+                    // We hold the journal: nobody serves it.
+                    let _ = std::fs::remove_file(idem_runtime::admin::address_path(dir));
+                }
+                Ok(Backend::Local {
+                    rt,
+                    dir: dir.to_path_buf(),
+                })
+            }
+            Err(idem_runtime::Error::InUse { .. }) => Err(CliError::unreachable(format!(
+                "journal in use: {} is held by a process that does not serve the admin API{}",
+                dir.display(),
+                match &address {
+                    Some(a) => format!(
+                        " (its address file names {}, which does not answer as that process)",
+                        a.url
+                    ),
+                    None => " (there is no idem-admin-addr in the directory)".into(),
+                }
+            ))
+            .hint(
+                "start that process with Runtime::builder().path(DIR).admin(\"127.0.0.1:0\") \
+                 (feature `admin` of idem) to operate on its journal while it runs, or stop it",
+            )),
+            Err(e) => Err(CliError::runtime(&e)),
+        }
+    }
+
+    /// Whether the commands go to a running process.
+    pub fn is_remote(&self) -> bool {
+        matches!(self, Backend::Remote(_))
+    }
+
+    /// The running program's tools (remote), or the tool names in the
+    /// journal's audit stream (local).
+    pub async fn tools(&self) -> Result<Result<Vec<ToolInfo>, Vec<ToolName>>, CliError> {
+        match self {
+            Backend::Remote(c) => c.tools().await.map(Ok),
+            Backend::Local { rt, .. } => {
+                let stats = rt.stats().await.map_err(|e| CliError::runtime(&e))?;
+                Ok(Err(stats
+                    .tools
+                    .into_iter()
+                    .map(|(name, s)| ToolName {
+                        name,
+                        calls: s.calls,
+                    })
+                    .collect()))
+            }
+        }
+    }
+
+    /// Every parked operation, oldest first.
+    pub async fn escalations(&self) -> Result<Vec<Escalation>, CliError> {
+        match self {
+            Backend::Remote(c) => c.escalations().await,
+            Backend::Local { rt, .. } => rt.escalations().await.map_err(|e| CliError::runtime(&e)),
+        }
+    }
+
+    /// One operation and its history.
+    pub async fn operation(&self, key: &str) -> Result<OperationView, CliError> {
+        match self {
+            Backend::Remote(c) => c.operation(key).await,
+            Backend::Local { rt, .. } => {
+                let key = parse_key(key)?;
+                let operation = rt
+                    .operation(&key)
+                    .await
+                    .map_err(|e| CliError::runtime(&e))?
+                    .ok_or_else(|| {
+                        CliError::runtime(&idem_runtime::Error::UnknownKey {
+                            key: key.to_string(),
+                        })
+                    })?;
+                let history = rt.history(&key).await.map_err(|e| CliError::runtime(&e))?;
+                Ok(OperationView { operation, history })
+            }
+        }
+    }
+
+    /// Settles an operation.
+    pub async fn resolve(&self, key: &str, request: &ResolveRequest) -> Result<Resolved, CliError> {
+        match self {
+            Backend::Remote(c) => c.resolve(key, request).await,
+            Backend::Local { rt, dir } => {
+                let key = parse_key(key)?;
+                let resolution = request.to_resolution().map_err(CliError::usage)?;
+                let landed = matches!(resolution, idem_runtime::Resolution::Landed(_));
+                rt.resolve(&key, resolution, &request.note)
+                    .await
+                    .map_err(|e| {
+                        let error = CliError::runtime(&e);
+                        if landed && matches!(e, idem_runtime::Error::ResultType { .. }) {
+                            error.hint(unchecked_landed_hint(dir))
+                        } else {
+                            error
+                        }
+                    })?;
+                let operation = rt
+                    .operation(&key)
+                    .await
+                    .map_err(|e| CliError::runtime(&e))?
+                    .ok_or_else(|| {
+                        CliError::new(exit::REFUSED, "unknown_key", "the operation vanished")
+                    })?;
+                Ok(Resolved {
+                    key: operation.key.to_string(),
+                    resolution: request.resolution.clone(),
+                    operation,
+                })
+            }
+        }
+    }
+
+    /// The audit stream from `from` (a number or `end`).
+    pub async fn audit(
+        &self,
+        from: &str,
+        follow: bool,
+        limit: Option<u64>,
+        each: &mut dyn FnMut(AuditEvent) -> Result<(), CliError>,
+    ) -> Result<(), CliError> {
+        match self {
+            Backend::Remote(c) => c.audit(from, follow, limit, each).await,
+            Backend::Local { rt, .. } => {
+                if follow {
+                    return Err(CliError::unreachable(
+                        "--follow needs a running process: no process serves this journal, \
+                         so nothing can happen in it while idem has it open (and holding it \
+                         would keep workers from opening it)",
+                    )
+                    .hint("start the worker with .admin(\"127.0.0.1:0\") and follow its stream"));
+                }
+                if from == "end" {
+                    return Ok(());
+                }
+                let mut next: u64 = from.parse().map_err(|_| {
+                    CliError::usage(format!(
+                        "--from {from:?}: expected a sequence number or `end`"
+                    ))
+                })?;
+                rt.sync().await.map_err(|e| CliError::runtime(&e))?;
+                let mut left = limit.unwrap_or(u64::MAX);
+                while left > 0 {
+                    let page = rt
+                        .audit_page(next, 1024.min(left as usize))
+                        .await
+                        .map_err(|e| CliError::runtime(&e))?;
+                    let Some(last) = page.last().map(|e| e.seq) else {
+                        break;
+                    };
+                    left = left.saturating_sub(page.len() as u64);
+                    for event in page {
+                        each(event)?;
+                    }
+                    next = last + 1;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Per-tool counts and the journal's size.
+    pub async fn stats(&self) -> Result<StatsView, CliError> {
+        match self {
+            Backend::Remote(c) => c.stats().await,
+            Backend::Local { rt, .. } => Ok(StatsView {
+                stats: rt.stats().await.map_err(|e| CliError::runtime(&e))?,
+                journal_bytes: rt.size_on_disk().await.map_err(|e| CliError::runtime(&e))?,
+            }),
+        }
+    }
+
+    /// Prunes: through the process (its retention), or directly with the
+    /// retention `keep` the operator gives.
+    pub async fn prune(&self, keep: Option<std::time::Duration>) -> Result<PruneView, CliError> {
+        match (self, keep) {
+            (Backend::Remote(_), Some(_)) => Err(CliError::usage(
+                "--keep is for a journal no process holds: the running process prunes with \
+                 its own retention (RuntimeBuilder::retention, raised to its tools' longest \
+                 dedupe_window)",
+            )),
+            (Backend::Remote(c), None) => c.prune().await,
+            (Backend::Local { .. }, None) => Err(CliError::usage(
+                "no running process serves this journal, so idem cannot know how long its \
+                 tools need finished operations kept (the retention is raised to their longest \
+                 dedupe_window): give --keep DURATION, e.g. --keep 7d",
+            )),
+            (Backend::Local { rt, .. }, Some(_)) => {
+                // Opened with that retention (see `discover`).
+                rt.prune().await.map_err(|e| CliError::runtime(&e))
+            }
+        }
+    }
+}
+
+fn unchecked_landed_hint(dir: &Path) -> String {
+    format!(
+        "no running process serves this journal, and only the program that defines the \
+         tool can check a result against its type. Start the worker with \
+         Runtime::builder().path({dir:?}).admin(\"127.0.0.1:0\") and run this command again \
+         (idem finds it through its idem-admin-addr file), or settle it in the inbox that \
+         process serves; --reissue and --abandon need no type check",
+        dir = dir.display().to_string()
+    )
+}
+
+fn parse_key(key: &str) -> Result<IdemKey, CliError> {
+    IdemKey::parse(key).map_err(|e| CliError::runtime(&e))
+}

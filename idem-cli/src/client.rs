@@ -1,0 +1,259 @@
+//! A client of a running process's admin API.
+
+use std::path::Path;
+use std::time::Duration;
+
+use idem_runtime::admin::{
+    ApiError, OperationView, PruneView, ResolveRequest, Resolved, StatsView, ToolInfo,
+};
+use idem_runtime::{AuditEvent, Escalation};
+use serde::de::DeserializeOwned;
+
+use crate::error::{exit, CliError};
+
+/// How long a request other than a followed stream may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A connection to one admin API.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+}
+
+impl Client {
+    /// A client of the admin API at `url` with `token`.
+    pub fn new(url: impl Into<String>, token: impl Into<String>) -> Result<Client, CliError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .no_proxy()
+            .build()
+            .map_err(|e| CliError::unreachable(format!("cannot make an HTTP client: {e}")))?;
+        Ok(Client {
+            http,
+            url: url.into().trim_end_matches('/').to_string(),
+            token: token.into(),
+        })
+    }
+
+    /// The base URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The token: `IDEM_ADMIN_TOKEN` when set, else the journal's token file.
+    pub fn token_for(dir: &Path) -> Result<String, CliError> {
+        if let Ok(token) = std::env::var(idem_runtime::admin::TOKEN_ENV) {
+            return Ok(token);
+        }
+        let path = idem_runtime::admin::token_path(dir);
+        std::fs::read_to_string(&path)
+            .map(|t| t.trim().to_string())
+            .map_err(|e| {
+                CliError::new(
+                    exit::UNAUTHORIZED,
+                    "no_token",
+                    format!("cannot read the admin token {}: {e}", path.display()),
+                )
+                .hint(format!(
+                    "run idem as a user who can read it, or set {}",
+                    idem_runtime::admin::TOKEN_ENV
+                ))
+            })
+    }
+
+    /// Whether the process at this URL is the one with this instance id
+    /// (from the address file): `GET /healthz`, which needs no token.
+    pub async fn is_instance(&self, instance: &str) -> bool {
+        let answer = self
+            .http
+            .get(format!("{}/healthz", self.url))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await;
+        let Ok(answer) = answer else {
+            return false;
+        };
+        let Ok(bytes) = answer.bytes().await else {
+            return false;
+        };
+        serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| {
+                v.get("instance")
+                    .and_then(|i| i.as_str())
+                    .map(str::to_string)
+            })
+            .is_some_and(|i| i == instance)
+    }
+
+    /// `GET /v1/tools`.
+    pub async fn tools(&self) -> Result<Vec<ToolInfo>, CliError> {
+        self.get("/v1/tools").await
+    }
+
+    /// `GET /v1/escalations`.
+    pub async fn escalations(&self) -> Result<Vec<Escalation>, CliError> {
+        self.get("/v1/escalations").await
+    }
+
+    /// `GET /v1/ops/{key}`.
+    pub async fn operation(&self, key: &str) -> Result<OperationView, CliError> {
+        self.get(&format!("/v1/ops/{}", path_segment(key))).await
+    }
+
+    /// `POST /v1/ops/{key}/resolve`.
+    pub async fn resolve(&self, key: &str, request: &ResolveRequest) -> Result<Resolved, CliError> {
+        let body = serde_json::to_vec(request)
+            .map_err(|e| CliError::usage(format!("cannot encode the resolution: {e}")))?;
+        let req = self
+            .http
+            .post(format!("{}/v1/ops/{}/resolve", self.url, path_segment(key)))
+            .header("content-type", "application/json")
+            .body(body);
+        self.send(req).await
+    }
+
+    /// `GET /v1/stats`.
+    pub async fn stats(&self) -> Result<StatsView, CliError> {
+        self.get("/v1/stats").await
+    }
+
+    /// `POST /v1/prune`.
+    pub async fn prune(&self) -> Result<PruneView, CliError> {
+        self.send(self.http.post(format!("{}/v1/prune", self.url)))
+            .await
+    }
+
+    /// `GET /v1/audit`: calls `each` with every event (`from`: a number or
+    /// `end`), until the stream ends (never, with `follow`, while the
+    /// process runs).
+    pub async fn audit(
+        &self,
+        from: &str,
+        follow: bool,
+        limit: Option<u64>,
+        each: &mut dyn FnMut(AuditEvent) -> Result<(), CliError>,
+    ) -> Result<(), CliError> {
+        let mut url = format!("{}/v1/audit?from={from}", self.url);
+        if follow {
+            url.push_str("&follow=true");
+        }
+        if let Some(n) = limit {
+            url.push_str(&format!("&limit={n}"));
+        }
+        let mut req = self.http.get(url).bearer_auth(&self.token);
+        if !follow {
+            req = req.timeout(REQUEST_TIMEOUT);
+        }
+        let mut answer = req.send().await.map_err(|e| self.transport(e))?;
+        if !answer.status().is_success() {
+            return Err(self.refusal(answer).await);
+        }
+        let mut pending: Vec<u8> = Vec::new();
+        loop {
+            let chunk = answer.chunk().await.map_err(|e| self.transport(e))?;
+            let Some(chunk) = chunk else { break };
+            pending.extend_from_slice(&chunk);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let line = &line[..line.len() - 1];
+                if line.is_empty() {
+                    continue;
+                }
+                let value: serde_json::Value = serde_json::from_slice(line).map_err(|e| {
+                    CliError::new(exit::REFUSED, "protocol", format!("bad audit line: {e}"))
+                })?;
+                if value.get("error").is_some() {
+                    let e: ApiError = serde_json::from_value(value).map_err(|e| {
+                        CliError::new(exit::REFUSED, "protocol", format!("bad error line: {e}"))
+                    })?;
+                    return Err(CliError::new(exit::REFUSED, &e.error, e.message));
+                }
+                let event: AuditEvent = serde_json::from_value(value).map_err(|e| {
+                    CliError::new(exit::REFUSED, "protocol", format!("bad audit event: {e}"))
+                })?;
+                each(event)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
+        self.send(self.http.get(format!("{}{path}", self.url)))
+            .await
+    }
+
+    async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Result<T, CliError> {
+        let answer = req
+            .bearer_auth(&self.token)
+            .timeout(REQUEST_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| self.transport(e))?;
+        if !answer.status().is_success() {
+            return Err(self.refusal(answer).await);
+        }
+        let bytes = answer.bytes().await.map_err(|e| self.transport(e))?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            CliError::new(
+                exit::REFUSED,
+                "protocol",
+                format!(
+                    "the admin API at {} answered something unexpected: {e}",
+                    self.url
+                ),
+            )
+        })
+    }
+
+    fn transport(&self, e: reqwest::Error) -> CliError {
+        CliError::unreachable(format!("the admin API at {} did not answer: {e}", self.url))
+    }
+
+    async fn refusal(&self, answer: reqwest::Response) -> CliError {
+        let status = answer.status();
+        let bytes = answer.bytes().await.unwrap_or_default();
+        let api: ApiError = serde_json::from_slice(&bytes).unwrap_or_else(|_| ApiError {
+            error: "http".into(),
+            message: format!(
+                "{status}: {}",
+                String::from_utf8_lossy(&bytes)
+                    .chars()
+                    .take(500)
+                    .collect::<String>()
+            ),
+        });
+        let code = match status.as_u16() {
+            401 | 403 => exit::UNAUTHORIZED,
+            503 => exit::UNREACHABLE,
+            _ => exit::REFUSED,
+        };
+        let error = CliError::new(code, &api.error, api.message);
+        if code == exit::UNAUTHORIZED {
+            error.hint(format!(
+                "the token comes from {} when set, else from the journal's {}; \
+                 they must match the running process's",
+                idem_runtime::admin::TOKEN_ENV,
+                idem_runtime::admin::TOKEN_FILE
+            ))
+        } else {
+            error
+        }
+    }
+}
+
+/// A key is letters, digits, `_` and `-` in practice; anything else is
+/// escaped.
+fn path_segment(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,283 @@
+//! `idem`, the operator's command for an idem journal.
+//!
+//! ```text
+//! idem --journal DIR escalations                      # what waits for a human, with its evidence
+//! idem --journal DIR show KEY                         # one operation and its whole history
+//! idem --journal DIR resolve KEY --landed '{"id":"wire_42",...}' --note "on the bank statement"
+//! idem --journal DIR resolve KEY --reissue --note "not on the statement after two days"
+//! idem --journal DIR audit --from 0 --follow          # the audit stream, live
+//! idem --journal DIR tools | stats | prune
+//! ```
+//!
+//! With `--journal DIR` it finds the process that holds the journal through
+//! the address file its admin API writes there (see `idem_runtime::admin`),
+//! and talks to it over HTTP with the token in the same directory (or
+//! `IDEM_ADMIN_TOKEN`). When no process holds the journal it opens it
+//! itself: everything works then but `--landed`, which only the program
+//! that defines a tool can check against the tool's result type, and
+//! `audit --follow`. Output is a table for people, JSON with `--json`;
+//! failures exit non-zero (see [`error::exit`]) with the reason on stderr.
+//!
+//! The library is what the binary is made of: [`Client`] for the admin API,
+//! [`Backend`] for either side, [`render`] for the tables.
+
+pub mod args;
+pub mod backend;
+pub mod client;
+pub mod error;
+pub mod render;
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser as _;
+use idem_runtime::admin::ResolveRequest;
+use idem_runtime::Resolution;
+
+pub use backend::Backend;
+pub use client::Client;
+pub use error::CliError;
+
+use args::{Cli, Command, How};
+use error::exit;
+
+/// The binary's entry point: parses the command line, runs it, prints the
+/// error (if any) on stderr and returns the exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let json = cli.json;
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("idem: cannot start: {e}");
+            return ExitCode::from(exit::UNREACHABLE);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if json {
+                eprintln!("{}", e.to_json());
+            } else {
+                eprintln!("idem: error: {}", e.message);
+                if let Some(hint) = &e.hint {
+                    eprintln!("idem: hint: {hint}");
+                }
+            }
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+/// Runs one command line.
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    if let Some(url) = &cli.postgres {
+        let _ = url;
+        return Err(CliError::usage(
+            "--postgres is not available in this build: the PostgreSQL journal is not part of \
+             idem yet",
+        )
+        .hint("use --journal DIR for a sled journal"));
+    }
+    let keep = match &cli.command {
+        Command::Prune { keep: Some(k) } => Some(parse_duration(k)?),
+        _ => None,
+    };
+    let backend = match (&cli.url, &cli.journal) {
+        (Some(_), Some(_)) => {
+            return Err(CliError::usage("give --journal DIR or --url URL, not both"))
+        }
+        (Some(url), None) => {
+            let token = std::env::var(idem_runtime::admin::TOKEN_ENV).map_err(|_| {
+                CliError::usage(format!(
+                    "--url needs the token in {}",
+                    idem_runtime::admin::TOKEN_ENV
+                ))
+            })?;
+            Backend::Remote(Client::new(url.clone(), token)?)
+        }
+        (None, Some(dir)) => Backend::discover(dir, keep).await?,
+        (None, None) => {
+            return Err(CliError::usage(
+                "which journal? give --journal DIR (or set IDEM_JOURNAL), or --url URL",
+            ))
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    let mut print = |text: &str| -> Result<(), CliError> {
+        stdout
+            .write_all(text.as_bytes())
+            .and_then(|_| stdout.flush())
+            .map_err(|e| CliError::new(exit::REFUSED, "output", format!("writing the output: {e}")))
+    };
+    let json = cli.json;
+    let as_json = |v: &dyn erased::Json| v.to_json_string();
+    match cli.command {
+        Command::Tools => match backend.tools().await? {
+            Ok(tools) if json => print(&as_json(&tools)),
+            Ok(tools) => print(&render::tools(&tools)),
+            Err(names) if json => print(&as_json(&names)),
+            Err(names) => print(&render::tool_names(&names)),
+        },
+        Command::Escalations => {
+            let list = backend.escalations().await?;
+            if json {
+                print(&as_json(&list))
+            } else {
+                print(&render::escalations(&list, render::now_ms()))
+            }
+        }
+        Command::Show { key } => {
+            let view = backend.operation(&key).await?;
+            if json {
+                print(&as_json(&view))
+            } else {
+                print(&render::operation(&view))
+            }
+        }
+        Command::Resolve { key, how, note } => {
+            let request = ResolveRequest::new(&resolution(&how)?, note);
+            request.to_resolution().map_err(CliError::usage)?;
+            let resolved = backend.resolve(&key, &request).await?;
+            if json {
+                print(&as_json(&resolved))
+            } else {
+                print(&render::resolved(&resolved))
+            }
+        }
+        Command::Audit {
+            from,
+            follow,
+            limit,
+        } => {
+            if from != "end" && from.parse::<u64>().is_err() {
+                return Err(CliError::usage(format!(
+                    "--from {from:?}: expected a sequence number or `end`"
+                )));
+            }
+            if !json {
+                print(&render::audit_header())?;
+            }
+            backend
+                .audit(&from, follow, limit, &mut |event| {
+                    if json {
+                        print(&format!("{}\n", event.to_json_line()))
+                    } else {
+                        print(&render::audit_line(&event))
+                    }
+                })
+                .await?;
+            if follow {
+                eprintln!("idem: the stream ended: the process stopped serving it");
+            }
+            Ok(())
+        }
+        Command::Stats => {
+            let stats = backend.stats().await?;
+            if json {
+                print(&as_json(&stats))
+            } else {
+                print(&render::stats(&stats))
+            }
+        }
+        Command::Prune { .. } => {
+            let report = backend.prune(keep).await?;
+            if json {
+                print(&as_json(&report))
+            } else {
+                print(&render::prune(&report))
+            }
+        }
+    }
+}
+
+/// The resolution a command line asks for; `--landed` JSON is parsed here,
+/// so a typo is reported before anything is sent.
+fn resolution(how: &How) -> Result<Resolution, CliError> {
+    let parse = |text: &str, from: &str| {
+        serde_json::from_str::<serde_json::Value>(text)
+            .map(|v| Resolution::Landed(Some(v)))
+            .map_err(|e| {
+                CliError::usage(format!("{from} is not JSON: {e}"))
+                    .hint("quote it for the shell, e.g. --landed '{\"id\": \"wire_42\"}'")
+            })
+    };
+    if let Some(text) = &how.landed {
+        return parse(text, "--landed");
+    }
+    if let Some(file) = &how.landed_file {
+        let text = if file.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin())
+        } else {
+            std::fs::read_to_string(file)
+        }
+        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?;
+        return parse(&text, &format!("{}", file.display()));
+    }
+    if how.reissue {
+        return Ok(Resolution::Reissue);
+    }
+    if how.abandon {
+        return Ok(Resolution::Abandon);
+    }
+    Err(CliError::usage(
+        "say how: --landed JSON, --landed-file FILE, --reissue or --abandon",
+    ))
+}
+
+/// `90s`, `30m`, `24h`, `7d`.
+fn parse_duration(text: &str) -> Result<Duration, CliError> {
+    let bad = || {
+        CliError::usage(format!(
+            "{text:?} is not a duration: a number and a unit (s, m, h, d), e.g. 7d"
+        ))
+    };
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (n, unit) = text.split_at(split);
+    let n: u64 = n.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n.checked_mul(60).ok_or_else(bad)?,
+        "h" => n.checked_mul(3600).ok_or_else(bad)?,
+        "d" => n.checked_mul(86_400).ok_or_else(bad)?,
+        _ => return Err(bad()),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+mod erased {
+    /// Pretty JSON of anything serializable, behind one object-safe trait.
+    pub trait Json {
+        fn to_json_string(&self) -> String;
+    }
+
+    impl<T: serde::Serialize> Json for T {
+        fn to_json_string(&self) -> String {
+            let mut s = serde_json::to_string_pretty(self)
+                .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+            s.push('\n');
+            s
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_a_unit_only() {
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86_400)
+        );
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+        assert!(parse_duration("7").is_err());
+        assert!(parse_duration("d").is_err());
+        assert!(parse_duration("7w").is_err());
+    }
+}

@@ -1,0 +1,230 @@
+//! The two files the admin API keeps in the journal directory: the bearer
+//! token (`idem-admin-token`, mode 0600, made on first start) and where the
+//! running process listens (`idem-admin-addr`), so that anything that knows
+//! the journal directory finds the process.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::private_files;
+
+/// The token file's name in the journal directory.
+pub const TOKEN_FILE: &str = "idem-admin-token";
+/// The address file's name in the journal directory.
+pub const ADDRESS_FILE: &str = "idem-admin-addr";
+/// The environment variable that, when set, is the token (the file is then
+/// neither read nor written).
+pub const TOKEN_ENV: &str = "IDEM_ADMIN_TOKEN";
+
+/// The token file of the journal in `dir`.
+pub fn token_path(dir: &Path) -> PathBuf {
+    dir.join(TOKEN_FILE)
+}
+
+/// The address file of the journal in `dir`.
+pub fn address_path(dir: &Path) -> PathBuf {
+    dir.join(ADDRESS_FILE)
+}
+
+/// What the address file holds (JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddressFile {
+    /// The base URL to call, e.g. `http://127.0.0.1:43127`.
+    pub url: String,
+    /// The address the server is bound to.
+    pub addr: std::net::SocketAddr,
+    /// The serving process.
+    pub pid: u32,
+    /// A random id of this start of the server; `GET /healthz` answers it,
+    /// so a client can tell the process that wrote the file from whatever
+    /// may listen on that port after it died.
+    pub instance: String,
+}
+
+impl AddressFile {
+    /// Reads the address file in journal directory `dir`; `None` if there
+    /// is none (no process serves the admin API, or it stopped cleanly).
+    pub fn read(dir: &Path) -> Result<Option<AddressFile>, Error> {
+        let path = address_path(dir);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                Error::storage(
+                    "read the admin address file",
+                    &path.display().to_string(),
+                    e,
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::storage(
+                "read the admin address file",
+                &path.display().to_string(),
+                e,
+            )),
+        }
+    }
+
+    /// Writes it atomically (a temporary file renamed over the old one):
+    /// a reader sees the old address or the new one, never half of one.
+    pub(crate) fn write(&self, dir: &Path) -> Result<(), Error> {
+        let location = address_path(dir).display().to_string();
+        let io = |e: std::io::Error| Error::storage("write the admin address file", &location, e);
+        let bytes = serde_json::to_vec(self).map_err(|e| io(std::io::Error::other(e)))?;
+        // Not durable: the file only says where a running process listens.
+        private_files::replace(dir, ADDRESS_FILE, &[&bytes, b"\n"], false).map_err(io)
+    }
+
+    /// Removes the address file if it is still this one (a later start may
+    /// have replaced it).
+    pub(crate) fn remove_if_ours(&self, dir: &Path) {
+        if let Ok(Some(current)) = AddressFile::read(dir) {
+            if current.instance == self.instance {
+                if let Err(e) = fs::remove_file(address_path(dir)) {
+                    tracing::warn!(target: "idem::admin", error = %e, "could not remove the admin address file");
+                }
+            }
+        }
+    }
+}
+
+/// The token: `IDEM_ADMIN_TOKEN` (or the one given), else the token file,
+/// made on first start.
+pub(crate) fn load_or_create_token(dir: &Path, given: Option<&str>) -> Result<String, Error> {
+    if let Some(token) = given
+        .map(str::to_string)
+        .or_else(|| std::env::var(TOKEN_ENV).ok())
+    {
+        return check_token(token, TOKEN_ENV);
+    }
+    let path = token_path(dir);
+    let location = path.display().to_string();
+    let io = |e: std::io::Error| Error::storage("read the admin token", &location, e);
+    match fs::read_to_string(&path) {
+        Ok(text) => {
+            refuse_if_readable_by_others(&path)?;
+            check_token(text.trim().to_string(), &location)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let token = new_token()?;
+            // create_new: never replace a token someone already uses.
+            let mut f = private_files::options()
+                .create_new(true)
+                .open(&path)
+                .map_err(io)?;
+            f.write_all(token.as_bytes()).map_err(io)?;
+            f.write_all(b"\n").map_err(io)?;
+            f.sync_all().map_err(io)?;
+            Ok(token)
+        }
+        Err(e) => Err(io(e)),
+    }
+}
+
+fn check_token(token: String, from: &str) -> Result<String, Error> {
+    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Error::Usage(format!(
+            "the admin token from {from} is empty or contains whitespace; \
+             use a long random string (the generated ones are 64 hex digits)"
+        )));
+    }
+    Ok(token)
+}
+
+/// 32 random bytes from the operating system, as hex.
+fn new_token() -> Result<String, Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| Error::storage("generate the admin token", "getrandom", e))?;
+    Ok(crate::key::hex(&bytes))
+}
+
+/// A token file others can read may have leaked: refuse rather than serve
+/// the journal with it.
+fn refuse_if_readable_by_others(path: &Path) -> Result<(), Error> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = fs::metadata(path)
+            .map_err(|e| Error::storage("read the admin token", &path.display().to_string(), e))?
+            .permissions()
+            .mode()
+            & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(Error::Usage(format!(
+                "the admin token file {} has mode {mode:o}: other users may have read it. \
+                 Delete it (a new one is made on the next start) or `chmod 600` it if you \
+                 are sure it did not leak",
+                path.display()
+            )));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
+/// Compares a presented token with the real one in time that does not
+/// depend on where they differ.
+pub(crate) fn token_matches(presented: &[u8], expected: &[u8]) -> bool {
+    // The length is not secret (the generated ones are all 64 digits); the
+    // contents are compared in full whatever the first difference.
+    if presented.len() != expected.len() {
+        return false;
+    }
+    let diff = presented
+        .iter()
+        .zip(expected)
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    std::hint::black_box(diff) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_match_only_when_equal() {
+        assert!(token_matches(b"abc", b"abc"));
+        assert!(!token_matches(b"abd", b"abc"));
+        assert!(!token_matches(b"ab", b"abc"));
+        assert!(!token_matches(b"", b"abc"));
+    }
+
+    #[test]
+    fn a_token_is_made_once_private_and_then_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = load_or_create_token(dir.path(), None).unwrap();
+        assert_eq!(first.len(), 64);
+        assert_eq!(load_or_create_token(dir.path(), None).unwrap(), first);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(token_path(dir.path()))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+            fs::set_permissions(token_path(dir.path()), fs::Permissions::from_mode(0o644)).unwrap();
+            let err = load_or_create_token(dir.path(), None).unwrap_err();
+            assert!(
+                err.to_string().contains("other users may have read it"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_given_token_is_used_as_is_and_no_file_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            load_or_create_token(dir.path(), Some("s3cret")).unwrap(),
+            "s3cret"
+        );
+        assert!(!token_path(dir.path()).exists());
+        assert!(load_or_create_token(dir.path(), Some("has space")).is_err());
+        assert!(load_or_create_token(dir.path(), Some("")).is_err());
+    }
+}

@@ -1,0 +1,343 @@
+// The escalation inbox. Everything shown comes from the admin API of the
+// process that served this page; tool arguments and provider errors are
+// data, never markup: the page only ever sets textContent.
+"use strict";
+
+const TOKEN_KEY = "idem-admin-token";
+const $ = (sel, root = document) => root.querySelector(sel);
+
+const state = {
+  token: null,
+  tools: new Map(),     // name -> ToolInfo
+  cards: new Map(),     // key -> <li>
+  refreshing: null,
+  refreshAgain: false,
+  following: null,      // AbortController of the followed stream
+  cardSeq: 0,
+};
+
+// ---- token -----------------------------------------------------------------
+
+function takeToken() {
+  // #token=... (or ?token=...) in the address, once: kept in this tab only.
+  const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
+  const fromQuery = new URLSearchParams(location.search).get("token");
+  const given = fromHash || fromQuery;
+  if (given) {
+    sessionStorage.setItem(TOKEN_KEY, given);
+    history.replaceState(null, "", location.pathname);
+  }
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+function askForToken(message) {
+  state.token = null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  if (state.following) state.following.abort();
+  $("#inbox").hidden = true;
+  $("#login").hidden = false;
+  setStatus("not signed in", "down");
+  if (message) showBanner(message);
+  $("#token").focus();
+}
+
+// ---- API -------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function api(path, options = {}) {
+  const headers = Object.assign({}, options.headers, {
+    Authorization: "Bearer " + state.token,
+  });
+  let answer;
+  try {
+    answer = await fetch(path, Object.assign({}, options, { headers, cache: "no-store" }));
+  } catch (e) {
+    throw new ApiError(0, "unreachable", "the process does not answer: " + e.message);
+  }
+  if (answer.status === 401) {
+    askForToken("The admin API refused the token. Enter the one from the journal directory.");
+    throw new ApiError(401, "unauthorized", "the admin API refused the token");
+  }
+  if (!answer.ok) {
+    let body = null;
+    try { body = await answer.json(); } catch (_) { /* not JSON */ }
+    throw new ApiError(
+      answer.status,
+      body && body.error ? body.error : "http_" + answer.status,
+      body && body.message ? body.message : answer.status + " " + answer.statusText,
+    );
+  }
+  return answer.json();
+}
+
+// ---- status ----------------------------------------------------------------
+
+function setStatus(text, kind) {
+  const s = $("#status");
+  s.textContent = text;
+  s.className = kind || "";
+}
+
+function showBanner(text) {
+  const b = $("#banner");
+  b.textContent = text;
+  b.hidden = !text;
+}
+
+// ---- rendering -------------------------------------------------------------
+
+function fmtTime(ms) {
+  if (!ms) return "-";
+  return new Date(ms).toISOString().replace("T", " ").replace(/\.(\d{3})Z$/, ".$1 UTC");
+}
+
+function fmtAgo(ms) {
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  if (s < 60) return s + " s ago";
+  if (s < 3600) return Math.round(s / 60) + " min ago";
+  if (s < 86400) return Math.round(s / 3600) + " h ago";
+  return Math.round(s / 86400) + " days ago";
+}
+
+function text(el, value) {
+  el.textContent = value == null || value === "" ? "-" : String(value);
+}
+
+function newCard(e) {
+  const li = $("#card").content.firstElementChild.cloneNode(true);
+  const n = ++state.cardSeq;
+  li.dataset.key = e.key;
+  li.dataset.tool = e.tool;
+  text($(".tool", li), e.tool);
+  text($(".class", li), e.class);
+  text($(".key", li), e.key);
+  text($(".reason", li), e.reason);
+  const scope = e.scope && e.scope.length ? " / " + e.scope.join("/") : "";
+  text($(".run", li), e.root_run + scope);
+  const rows = $(".args tbody", li);
+  const args = e.args && typeof e.args === "object" && !Array.isArray(e.args) ? e.args : { "": e.args };
+  for (const [name, value] of Object.entries(args)) {
+    const tr = document.createElement("tr");
+    const k = document.createElement("td");
+    const v = document.createElement("td");
+    k.textContent = name;
+    v.textContent = typeof value === "string" ? JSON.stringify(value) : JSON.stringify(value);
+    tr.append(k, v);
+    rows.append(tr);
+  }
+  text($(".attempts", li), e.attempts);
+  text($(".last-error", li), e.last_error);
+  text($(".verify", li), e.verify_answer || (e.class === "at_most_once"
+    ? "- (at_most_once: nothing can look it up)" : "- (not asked)"));
+  text($(".first", li), fmtTime(e.first_attempt_ms));
+  text($(".escalated", li), fmtTime(e.escalated_ms));
+  text($(".when", li), "escalated " + fmtAgo(e.escalated_ms));
+
+  const form = $(".resolve", li);
+  for (const radio of form.querySelectorAll('input[type="radio"]')) {
+    radio.name = "resolution-" + n;
+    radio.addEventListener("change", () => {
+      $(".landed", li).hidden = radio.value !== "landed" || !radio.checked;
+    });
+  }
+  fillExample(li);
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    submit(li).catch((err) => showError(li, err.message));
+  });
+  return li;
+}
+
+// The Landed editor starts from an example of the tool's result shape: its
+// latest committed result, when the journal has one.
+function fillExample(li) {
+  const tool = state.tools.get(li.dataset.tool);
+  const area = $(".result", li);
+  const hint = $(".hint", li);
+  if (tool && tool.example_result) {
+    if (!area.value) area.value = JSON.stringify(tool.example_result.result, null, 2);
+    hint.textContent = "Pre-filled with the latest committed result of " + tool.name +
+      " (" + tool.example_result.key + ") as an example of its shape: replace it with what " +
+      "the provider's records show for this operation.";
+  } else {
+    if (!area.value) area.value = "null";
+    hint.textContent = "No committed result of this tool yet: write the provider's answer " +
+      "as JSON, in the tool's result type.";
+  }
+  if (tool && !tool.checks_landed) {
+    hint.textContent += " This process cannot check a result for this tool, so it will refuse Landed.";
+  }
+}
+
+function showError(li, message) {
+  const box = $(".error", li);
+  box.textContent = message;
+  box.hidden = false;
+}
+
+async function submit(li) {
+  const form = $(".resolve", li);
+  const box = $(".error", li);
+  box.hidden = true;
+  const chosen = form.querySelector('input[type="radio"]:checked');
+  if (!chosen) return showError(li, "Choose Landed, Reissue or Abandon.");
+  const note = $(".note", li).value.trim();
+  if (!note) return showError(li, "A note is required: say what the decision rests on.");
+  const body = { resolution: chosen.value, note };
+  if (chosen.value === "landed") {
+    try {
+      body.result = JSON.parse($(".result", li).value);
+    } catch (e) {
+      return showError(li, "The result is not valid JSON: " + e.message + ". Nothing was sent.");
+    }
+  }
+  const button = $("button", form);
+  button.disabled = true;
+  try {
+    const done = await api("/v1/ops/" + encodeURIComponent(li.dataset.key) + "/resolve", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    li.classList.add("resolved");
+    $(".done", li).textContent = "Resolved as " + done.resolution + ": the operation is now " +
+      done.operation.state + ".";
+    for (const el of form.querySelectorAll("input, textarea, button")) el.disabled = true;
+  } catch (e) {
+    button.disabled = false;
+    if (e.status !== 401) showError(li, e.message + (e.code ? " [" + e.code + "]" : ""));
+  }
+}
+
+function render(escalations) {
+  const list = $("#escalations");
+  const open = new Set(escalations.map((e) => e.key));
+  for (const [key, li] of state.cards) {
+    // A card being answered stays until its answer is shown.
+    if (!open.has(key) && !li.classList.contains("resolved")) {
+      li.remove();
+      state.cards.delete(key);
+    }
+  }
+  // Newest first.
+  const sorted = escalations.slice().sort((a, b) => b.escalated_ms - a.escalated_ms);
+  let previous = null;
+  for (const e of sorted) {
+    let li = state.cards.get(e.key);
+    if (!li) {
+      li = newCard(e);
+      state.cards.set(e.key, li);
+    } else {
+      fillExample(li);
+      text($(".when", li), "escalated " + fmtAgo(e.escalated_ms));
+    }
+    if (previous) previous.after(li); else list.prepend(li);
+    previous = li;
+  }
+  const n = escalations.length;
+  $("#summary").textContent = n === 0
+    ? "Nothing waits for an operator."
+    : n + (n === 1 ? " operation waits" : " operations wait") +
+      " for an operator, newest first. Check the provider's own records, then answer.";
+}
+
+async function refresh() {
+  // One refresh at a time; a request during one runs once more after it.
+  if (state.refreshing) {
+    state.refreshAgain = true;
+    return state.refreshing;
+  }
+  state.refreshing = (async () => {
+    do {
+      state.refreshAgain = false;
+      const [tools, escalations] = await Promise.all([api("/v1/tools"), api("/v1/escalations")]);
+      state.tools = new Map(tools.map((t) => [t.name, t]));
+      render(escalations);
+      showBanner("");
+    } while (state.refreshAgain);
+  })();
+  try {
+    await state.refreshing;
+  } catch (e) {
+    if (e.status !== 401) showBanner("Could not load the escalations: " + e.message);
+  } finally {
+    state.refreshing = null;
+  }
+}
+
+// ---- the audit stream ------------------------------------------------------
+
+const WAKE = new Set(["escalated", "resolved", "amended", "committed", "intent", "recovered"]);
+
+async function follow() {
+  if (!state.token) return;
+  const controller = new AbortController();
+  state.following = controller;
+  try {
+    const answer = await fetch("/v1/audit?from=end&follow=true", {
+      headers: { Authorization: "Bearer " + state.token },
+      signal: controller.signal,
+      cache: "no-store",
+    });
+    if (answer.status === 401) return askForToken("The admin API refused the token.");
+    if (!answer.ok) throw new Error(answer.status + " " + answer.statusText);
+    // Subscribed from here on: load what exists now, then apply changes.
+    setStatus("live: following the audit stream", "live");
+    await refresh();
+    const reader = answer.body.getReader();
+    const decoder = new TextDecoder();
+    let pending = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      pending += decoder.decode(value, { stream: true });
+      let nl;
+      let wake = false;
+      while ((nl = pending.indexOf("\n")) >= 0) {
+        const line = pending.slice(0, nl);
+        pending = pending.slice(nl + 1);
+        if (!line) continue;
+        const event = JSON.parse(line);
+        if (event.error) throw new Error(event.message);
+        const kind = typeof event.kind === "string" ? event.kind : Object.keys(event.kind)[0];
+        if (WAKE.has(kind)) wake = true;
+      }
+      if (wake) refresh();
+    }
+    throw new Error("the process closed the stream");
+  } catch (e) {
+    if (controller.signal.aborted) return;
+    setStatus("disconnected: " + e.message + "; retrying", "down");
+    setTimeout(follow, 2000);
+  }
+}
+
+// ---- start -----------------------------------------------------------------
+
+function start() {
+  $("#login").hidden = true;
+  $("#inbox").hidden = false;
+  setStatus("connecting…");
+  follow();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#login-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const t = $("#token").value.trim();
+    if (!t) return;
+    sessionStorage.setItem(TOKEN_KEY, t);
+    state.token = t;
+    showBanner("");
+    start();
+  });
+  state.token = takeToken();
+  if (state.token) start(); else askForToken();
+});

@@ -1,0 +1,562 @@
+//! Requests to answers: authentication, routing, the handlers, and the
+//! mapping of runtime errors to HTTP statuses with a JSON body that says
+//! what was wrong.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::body::Body;
+use super::files::token_matches;
+use super::follow::{self, From};
+use super::inbox;
+use super::server::WeakShared;
+use super::wire::{
+    ApiError, ExampleResult, OperationView, PruneView, ResolveRequest, Resolved, StatsView,
+    ToolInfo,
+};
+use crate::audit::EventKind;
+use crate::class;
+use crate::error::Error;
+use crate::key::IdemKey;
+use crate::runtime::Runtime;
+
+/// Largest request body accepted: a `Landed` result may be a large
+/// document, but not an unbounded one.
+const MAX_BODY: usize = 64 << 20;
+
+/// The server's state, shared by its connections.
+pub(crate) struct App {
+    shared: WeakShared,
+    token: String,
+    instance: String,
+    stop: watch::Receiver<bool>,
+    /// The latest committed operation of each tool, learned by reading the
+    /// audit stream once and then only what is new.
+    latest: tokio::sync::Mutex<Latest>,
+}
+
+#[derive(Default)]
+struct Latest {
+    /// The next audit sequence number to read.
+    next: u64,
+    /// Tool name to the key of its latest commit.
+    commits: HashMap<String, String>,
+}
+
+type Answer = Response<Body>;
+
+impl App {
+    pub(crate) fn new(
+        shared: WeakShared,
+        token: String,
+        instance: String,
+        stop: watch::Receiver<bool>,
+    ) -> App {
+        App {
+            shared,
+            token,
+            instance,
+            stop,
+            latest: tokio::sync::Mutex::new(Latest::default()),
+        }
+    }
+
+    pub(crate) async fn handle(&self, req: Request<Incoming>) -> Answer {
+        let method = req.method().clone();
+        let path = req.uri().path().to_string();
+        match path.as_str() {
+            "/" | "/index.html" => return only_get(&method, || inbox::page(inbox::Asset::Html)),
+            "/inbox.js" => return only_get(&method, || inbox::page(inbox::Asset::Js)),
+            "/inbox.css" => return only_get(&method, || inbox::page(inbox::Asset::Css)),
+            "/healthz" => {
+                return only_get(&method, || {
+                    json(
+                        StatusCode::OK,
+                        &serde_json::json!({"status": "ok", "instance": self.instance}),
+                    )
+                })
+            }
+            _ => {}
+        }
+        let Some(route) = path.strip_prefix("/v1/") else {
+            return not_found(&path);
+        };
+        if !self.authorized(&req) {
+            let mut answer = error(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "missing or wrong bearer token: send `Authorization: Bearer TOKEN` with the \
+                 token from the journal directory's idem-admin-token file (or the process's \
+                 IDEM_ADMIN_TOKEN)",
+            );
+            answer
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return answer;
+        }
+        let Some(shared) = self.shared.upgrade() else {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the runtime is shutting down",
+            );
+        };
+        let rt = Runtime { shared };
+        let segments: Vec<&str> = route.split('/').collect();
+        match (segments.as_slice(), &method) {
+            (["tools"], &Method::GET) => self.tools(&rt).await,
+            (["escalations"], &Method::GET) => match rt.escalations().await {
+                Ok(list) => json(StatusCode::OK, &list),
+                Err(e) => runtime_error(&e),
+            },
+            (["ops", key], &Method::GET) => match parse_key(key) {
+                Ok(key) => operation(&rt, &key).await,
+                Err(answer) => answer,
+            },
+            (["ops", key, "resolve"], &Method::POST) => match parse_key(key) {
+                Ok(key) => resolve(&rt, &key, req).await,
+                Err(answer) => answer,
+            },
+            (["audit"], &Method::GET) => self.audit(rt, req.uri().query()).await,
+            (["stats"], &Method::GET) => {
+                let stats = match rt.stats().await {
+                    Ok(s) => s,
+                    Err(e) => return runtime_error(&e),
+                };
+                match rt.size_on_disk().await {
+                    Ok(journal_bytes) => json(
+                        StatusCode::OK,
+                        &StatsView {
+                            stats,
+                            journal_bytes,
+                        },
+                    ),
+                    Err(e) => runtime_error(&e),
+                }
+            }
+            (["prune"], &Method::POST) => match rt.prune().await {
+                Ok(report) => json(StatusCode::OK, &PruneView::from(report)),
+                Err(e) => runtime_error(&e),
+            },
+            (["tools"] | ["escalations"] | ["ops", _] | ["audit"] | ["stats"], _) => {
+                method_not_allowed("GET")
+            }
+            (["ops", _, "resolve"] | ["prune"], _) => method_not_allowed("POST"),
+            _ => not_found(&path),
+        }
+    }
+
+    fn authorized(&self, req: &Request<Incoming>) -> bool {
+        let Some(value) = req.headers().get(header::AUTHORIZATION) else {
+            return false;
+        };
+        let value = value.as_bytes();
+        let Some(presented) = value
+            .strip_prefix(b"Bearer ")
+            .or_else(|| value.strip_prefix(b"bearer "))
+        else {
+            return false;
+        };
+        token_matches(presented, self.token.as_bytes())
+    }
+
+    async fn tools(&self, rt: &Runtime) -> Answer {
+        let shared = &rt.shared;
+        let mut tools: Vec<ToolInfo> = class::tools()
+            .map(|t| ToolInfo::of(t, shared.landed_check(t.name, t.class).is_some()))
+            .collect();
+        {
+            // Hand-built descriptors that made calls here.
+            let called = shared.called.lock().unwrap_or_else(|p| p.into_inner());
+            for c in called.values() {
+                if !tools.iter().any(|t| t.name == c.tool.name) {
+                    let checks = c.check_landed.or(c.tool.check_landed).is_some();
+                    tools.push(ToolInfo::of(c.tool, checks));
+                }
+            }
+        }
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        let commits = match self.latest_commits(rt).await {
+            Ok(c) => c,
+            Err(e) => return runtime_error(&e),
+        };
+        for tool in &mut tools {
+            let Some(key) = commits.get(&tool.name) else {
+                continue;
+            };
+            let Ok(key) = IdemKey::parse(key) else {
+                continue;
+            };
+            match rt.operation(&key).await {
+                Ok(Some(op)) => {
+                    if let Some(result) = op.result {
+                        tool.example_result = Some(ExampleResult {
+                            key: op.key.to_string(),
+                            result,
+                        });
+                    }
+                }
+                // Pruned since: no example.
+                Ok(None) => {}
+                Err(e) => return runtime_error(&e),
+            }
+        }
+        json(StatusCode::OK, &tools)
+    }
+
+    /// Reads the audit stream from where the last call stopped; returns
+    /// each tool's latest commit.
+    async fn latest_commits(&self, rt: &Runtime) -> Result<HashMap<String, String>, Error> {
+        let mut latest = self.latest.lock().await;
+        self.catch_up(rt, &mut latest).await?;
+        Ok(latest.commits.clone())
+    }
+
+    async fn catch_up(&self, rt: &Runtime, latest: &mut Latest) -> Result<(), Error> {
+        loop {
+            let page = rt.audit_page(latest.next, 4096).await?;
+            let Some(last) = page.last().map(|e| e.seq) else {
+                return Ok(());
+            };
+            for e in page {
+                if let (EventKind::Committed { .. }, Some(key)) = (&e.kind, e.key) {
+                    latest.commits.insert(e.tool, key);
+                }
+            }
+            latest.next = last + 1;
+        }
+    }
+
+    async fn audit(&self, rt: Runtime, query: Option<&str>) -> Answer {
+        let params = match AuditQuery::parse(query.unwrap_or("")) {
+            Ok(p) => p,
+            Err(message) => return error(StatusCode::BAD_REQUEST, "bad_request", &message),
+        };
+        // Subscribed before the position is fixed: whatever is written after
+        // it wakes the follower, and the durable stream has the rest.
+        let live = params.follow.then(|| rt.subscribe());
+        let from = match params.from {
+            From::Seq(n) => n,
+            From::End => {
+                let mut latest = self.latest.lock().await;
+                if let Err(e) = rt.sync().await {
+                    return runtime_error(&e);
+                }
+                if let Err(e) = self.catch_up(&rt, &mut latest).await {
+                    return runtime_error(&e);
+                }
+                latest.next
+            }
+        };
+        if live.is_none() {
+            // A snapshot holds everything written so far.
+            if let Err(e) = rt.sync().await {
+                return runtime_error(&e);
+            }
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let weak = Arc::downgrade(&rt.shared);
+        drop(rt);
+        tokio::spawn(follow::stream(
+            weak,
+            from,
+            params.limit,
+            live,
+            tx,
+            self.stop.clone(),
+        ));
+        let mut answer = Response::new(Body::Stream(rx));
+        answer.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-ndjson"),
+        );
+        answer
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let Ok(v) = HeaderValue::from_str(&from.to_string()) {
+            answer.headers_mut().insert("idem-audit-from", v);
+        }
+        answer
+    }
+}
+
+#[derive(Debug)]
+struct AuditQuery {
+    from: From,
+    follow: bool,
+    limit: Option<u64>,
+}
+
+impl AuditQuery {
+    fn parse(query: &str) -> Result<AuditQuery, String> {
+        let mut q = AuditQuery {
+            from: From::Seq(0),
+            follow: false,
+            limit: None,
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = percent_decode(value).ok_or("a query value is not valid UTF-8")?;
+            match name {
+                "from" => {
+                    q.from = match value.as_str() {
+                        "end" => From::End,
+                        n => From::Seq(n.parse().map_err(|_| {
+                            format!("from={n:?}: expected a sequence number or `end`")
+                        })?),
+                    }
+                }
+                "follow" => {
+                    q.follow = match value.as_str() {
+                        "true" | "1" | "" => true,
+                        "false" | "0" => false,
+                        other => return Err(format!("follow={other:?}: expected true or false")),
+                    }
+                }
+                "limit" => {
+                    q.limit = Some(
+                        value
+                            .parse()
+                            .map_err(|_| format!("limit={value:?}: expected a number"))?,
+                    )
+                }
+                other => {
+                    return Err(format!(
+                        "unknown query parameter {other:?}: /v1/audit takes from, follow and limit"
+                    ))
+                }
+            }
+        }
+        if q.follow && q.limit.is_some() {
+            return Err("limit is for snapshots; a followed stream has no end".into());
+        }
+        Ok(q)
+    }
+}
+
+async fn operation(rt: &Runtime, key: &IdemKey) -> Answer {
+    let op = match rt.operation(key).await {
+        Ok(Some(op)) => op,
+        Ok(None) => {
+            return runtime_error(&Error::UnknownKey {
+                key: key.to_string(),
+            })
+        }
+        Err(e) => return runtime_error(&e),
+    };
+    match rt.history(key).await {
+        Ok(history) => json(
+            StatusCode::OK,
+            &OperationView {
+                operation: op,
+                history,
+            },
+        ),
+        Err(e) => runtime_error(&e),
+    }
+}
+
+async fn resolve(rt: &Runtime, key: &IdemKey, req: Request<Incoming>) -> Answer {
+    let bytes = match read_body(req).await {
+        Ok(b) => b,
+        Err(answer) => return answer,
+    };
+    let request: ResolveRequest = match serde_json::from_slice(&bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &format!(
+                    "the body is not a resolution ({e}); send {{\"resolution\": \"landed\", \
+                     \"result\": ..., \"note\": \"...\"}}, or \"reissue\" / \"abandon\" with a note"
+                ),
+            )
+        }
+    };
+    let resolution = match request.to_resolution() {
+        Ok(r) => r,
+        Err(message) => return error(StatusCode::BAD_REQUEST, "bad_request", &message),
+    };
+    // Exactly what a program calling the runtime itself does.
+    if let Err(e) = rt.resolve(key, resolution, &request.note).await {
+        return runtime_error(&e);
+    }
+    match rt.operation(key).await {
+        Ok(Some(operation)) => json(
+            StatusCode::OK,
+            &Resolved {
+                key: operation.key.to_string(),
+                resolution: request.resolution,
+                operation,
+            },
+        ),
+        Ok(None) => runtime_error(&Error::UnknownKey {
+            key: key.to_string(),
+        }),
+        Err(e) => runtime_error(&e),
+    }
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, Answer> {
+    let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY);
+    match limited.collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            &format!("the body exceeds {} MiB", MAX_BODY >> 20),
+        )),
+        Err(e) => Err(error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            &format!("reading the body failed: {e}"),
+        )),
+    }
+}
+
+// The error is the answer itself, built once per refused request: boxing it
+// would buy nothing.
+#[allow(clippy::result_large_err)]
+fn parse_key(segment: &str) -> Result<IdemKey, Answer> {
+    let text = percent_decode(segment).ok_or_else(|| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the key is not valid UTF-8",
+        )
+    })?;
+    IdemKey::parse(&text).map_err(|e| runtime_error(&e))
+}
+
+/// `%XX` escapes (and nothing else: `+` stays a plus).
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
+            out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The status and code for a runtime error.
+fn runtime_error(e: &Error) -> Answer {
+    let (status, code) = match e {
+        Error::UnknownKey { .. } => (StatusCode::NOT_FOUND, "unknown_key"),
+        Error::NotEscalated { .. } => (StatusCode::CONFLICT, "not_escalated"),
+        Error::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
+        Error::ResultType { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "result_type"),
+        Error::BadKey { .. } => (StatusCode::BAD_REQUEST, "bad_key"),
+        Error::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "journal"),
+    };
+    error(status, code, &e.to_string())
+}
+
+pub(crate) fn error(status: StatusCode, code: &str, message: &str) -> Answer {
+    json(
+        status,
+        &ApiError {
+            error: code.to_string(),
+            message: message.to_string(),
+        },
+    )
+}
+
+fn not_found(path: &str) -> Answer {
+    error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        &format!(
+            "no route {path:?}: the API has /v1/tools, /v1/escalations, /v1/ops/KEY, \
+             /v1/ops/KEY/resolve, /v1/audit, /v1/stats, /v1/prune and /healthz"
+        ),
+    )
+}
+
+fn method_not_allowed(allowed: &'static str) -> Answer {
+    let mut answer = error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        &format!("this route takes {allowed}"),
+    );
+    answer
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allowed));
+    answer
+}
+
+fn only_get(method: &Method, answer: impl FnOnce() -> Answer) -> Answer {
+    if method == Method::GET {
+        answer()
+    } else {
+        method_not_allowed("GET")
+    }
+}
+
+pub(crate) fn json<T: Serialize + ?Sized>(status: StatusCode, value: &T) -> Answer {
+    let mut bytes = serde_json::to_vec(value).unwrap_or_else(|e| {
+        format!("{{\"error\":\"journal\",\"message\":\"encoding the answer failed: {e}\"}}")
+            .into_bytes()
+    });
+    bytes.push(b'\n');
+    let mut answer = Response::new(Body::full(bytes));
+    *answer.status_mut() = status;
+    let h = answer.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_escapes_decode_and_broken_ones_are_refused() {
+        assert_eq!(percent_decode("a%2Fb").as_deref(), Some("a/b"));
+        assert_eq!(percent_decode("plain-g0").as_deref(), Some("plain-g0"));
+        assert_eq!(percent_decode("%zz"), None);
+        assert_eq!(percent_decode("%ff"), None);
+        assert_eq!(percent_decode("%+1"), None);
+        assert_eq!(percent_decode("a%2"), None);
+    }
+
+    #[test]
+    fn audit_queries_are_checked() {
+        let q = AuditQuery::parse("from=7&follow=true").unwrap();
+        assert!(matches!(q.from, From::Seq(7)) && q.follow);
+        assert!(matches!(
+            AuditQuery::parse("from=end").unwrap().from,
+            From::End
+        ));
+        assert!(AuditQuery::parse("form=7")
+            .unwrap_err()
+            .contains("unknown query parameter"));
+        assert!(AuditQuery::parse("from=x").is_err());
+        assert!(AuditQuery::parse("follow=maybe").is_err());
+        assert!(AuditQuery::parse("follow=true&limit=3").is_err());
+    }
+}

@@ -1,0 +1,186 @@
+//! Binding, accepting and shutting down. The server holds only a weak
+//! reference to the runtime: it never keeps the journal open, and it stops
+//! when the last `Runtime` handle is dropped.
+
+use std::convert::Infallible;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::sync::{watch, Semaphore};
+
+use super::files::{self, AddressFile};
+use super::routes::App;
+use super::AdminOptions;
+use crate::error::Error;
+use crate::runtime::Shared;
+
+/// Connections served at once; more wait in the kernel's backlog.
+const MAX_CONNECTIONS: usize = 256;
+
+/// The running server, owned by the runtime: dropping it (when the last
+/// handle goes) stops the server and removes the address file.
+pub(crate) struct Running {
+    pub(crate) addr: SocketAddr,
+    pub(crate) url: String,
+    dir: PathBuf,
+    file: AddressFile,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Everything waiting on the signal (the accept loop, connections,
+        // followers) stops; the listener closes with the accept loop.
+        self.shutdown.send_replace(true);
+        self.file.remove_if_ours(&self.dir);
+    }
+}
+
+/// Fails unless called inside a tokio runtime, which the server runs on.
+pub(crate) fn require_tokio() -> Result<tokio::runtime::Handle, Error> {
+    tokio::runtime::Handle::try_current().map_err(|_| {
+        Error::Usage(
+            "RuntimeBuilder::admin(..) serves the admin API on the tokio runtime that \
+             calls open(), and open() was called outside one: call it from async code \
+             (under #[tokio::main]) or inside `tokio_runtime.enter()`"
+                .into(),
+        )
+    })
+}
+
+/// Binds, writes the address file and starts serving.
+pub(crate) fn start(
+    shared: &Arc<Shared>,
+    options: AdminOptions,
+    dir: &Path,
+) -> Result<Running, Error> {
+    let handle = require_tokio()?;
+    let addr = resolve(&options)?;
+    let token = files::load_or_create_token(dir, options.token.as_deref())?;
+    let bind_error = |e: std::io::Error| Error::storage("bind the admin API", &addr.to_string(), e);
+    let std_listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
+    std_listener.set_nonblocking(true).map_err(bind_error)?;
+    let local = std_listener.local_addr().map_err(bind_error)?;
+    let listener = {
+        let _inside = handle.enter();
+        tokio::net::TcpListener::from_std(std_listener).map_err(bind_error)?
+    };
+    let instance = {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes)
+            .map_err(|e| Error::storage("start the admin API", "getrandom", e))?;
+        crate::key::hex(&bytes)
+    };
+    let connect = match local.ip() {
+        // A wildcard bind is reached on loopback from this machine.
+        ip if ip.is_unspecified() && ip.is_ipv4() => {
+            SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local.port())
+        }
+        ip if ip.is_unspecified() => {
+            SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), local.port())
+        }
+        _ => local,
+    };
+    let url = format!("http://{connect}");
+    let file = AddressFile {
+        url: url.clone(),
+        addr: local,
+        pid: std::process::id(),
+        instance: instance.clone(),
+    };
+    file.write(dir)?;
+    let (shutdown, stop) = watch::channel(false);
+    let app = Arc::new(App::new(
+        Arc::downgrade(shared),
+        token,
+        instance,
+        stop.clone(),
+    ));
+    handle.spawn(accept_loop(listener, app, stop));
+    tracing::info!(target: "idem::admin", %url, dir = %dir.display(), "admin API listening");
+    Ok(Running {
+        addr: local,
+        url,
+        dir: dir.to_path_buf(),
+        file,
+        shutdown,
+    })
+}
+
+fn resolve(options: &AdminOptions) -> Result<SocketAddr, Error> {
+    let addr = options
+        .addr
+        .to_socket_addrs()
+        .map_err(|e| Error::Usage(format!("admin address {:?}: {e}", options.addr)))?
+        .next()
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "admin address {:?} resolves to nothing",
+                options.addr
+            ))
+        })?;
+    if !addr.ip().is_loopback() && !options.allow_remote {
+        return Err(Error::Usage(format!(
+            "admin address {addr} is not a loopback address: the admin API speaks plain \
+             HTTP and settles real-world effects, so it listens on 127.0.0.1 or ::1 unless \
+             AdminOptions::allow_remote(true) says otherwise (then put TLS in front of it)"
+        )));
+    }
+    Ok(addr)
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    app: Arc<App>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.wait_for(|stopped| *stopped) => return,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _peer)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: wait, do not spin.
+                tracing::warn!(target: "idem::admin", error = %e, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let app = app.clone();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let service = service_fn(move |req| {
+                let app = app.clone();
+                async move { Ok::<_, Infallible>(app.handle(req).await) }
+            });
+            let mut builder = http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(30));
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                result = conn => {
+                    if let Err(e) = result {
+                        tracing::debug!(target: "idem::admin", error = %e, "admin connection ended with an error");
+                    }
+                }
+                _ = stop.wait_for(|stopped| *stopped) => {}
+            }
+        });
+    }
+}
+
+/// A weak handle the server may upgrade only for the length of a request.
+pub(crate) type WeakShared = Weak<Shared>;

@@ -1,0 +1,463 @@
+//! Entry points for the fuzz targets in `fuzz/` (a cargo-fuzz project
+//! outside the workspace) and for the regression tests that replay what
+//! they found. Not an API: compiled only with the `fuzzing` feature (and in
+//! this crate's own tests), hidden from the docs.
+//!
+//! Each target is one function taking the fuzzer's bytes. It panics when a
+//! property fails (that is how libFuzzer learns of a bug) and otherwise
+//! returns an [`Outcome`], so that tests can also check that the inputs of
+//! the seed corpus actually reach the decoders instead of bouncing off a
+//! checksum. The properties live here rather than in `fuzz/` so that
+//! `cargo test --workspace`, which never builds libFuzzer, replays the
+//! committed crash inputs through exactly the code the fuzzer ran.
+//!
+//! Checksums are not what is being tested, and a fuzzer cannot forge a
+//! crc32 by mutation, so each target has modes in which the harness frames
+//! the fuzzer's bytes with a correct checksum itself: what is behind the
+//! checksum (bincode, the log's unit bodies) is exercised as if a damaged
+//! record had collided with its crc, which is rare but not impossible.
+
+use std::fmt::Debug;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::audit::{AuditLog, Draft};
+use crate::error::Error;
+use crate::key::IdemKey;
+use crate::record::{self, Kind, OpRecord, State, StepRecord, StepState};
+
+pub use crate::journal::fuzzing::{journal_files, sled_value, wal};
+
+/// What an input did once every property held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The input decoded (and the properties of a decoded value held).
+    Decoded,
+    /// The decoder refused it with the kind of error the contract names.
+    Rejected,
+}
+
+/// The frame kinds, in the order the selector byte of [`record()`] picks
+/// them.
+const KINDS: [Kind; 5] = [
+    Kind::Op,
+    Kind::Step,
+    Kind::Event,
+    Kind::Meta,
+    Kind::Checkpoint,
+];
+
+/// Selector bit of [`record()`]: the harness writes the right kind byte and
+/// checksum into the frame.
+pub const FIX_FRAME: u8 = 0x80;
+
+/// The record decoder (`record::decode`) for every kind of frame.
+///
+/// Input: `[selector][frame]`; `selector & 0x7f` picks the kind (modulo
+/// 5: operation, step, audit event, journal metadata, checkpoint), and
+/// [`FIX_FRAME`] makes the harness write the kind byte and the checksum.
+///
+/// Properties: no panic; a refusal is `Corrupt` or `RecordVersion`, never
+/// another error; a decoded value encodes again and decodes to an equal
+/// value; what operators are shown of a decoded record (escalation,
+/// result as JSON, key text) is built without panicking, and key texts
+/// rebuilt from stored parts parse back to the same key.
+pub fn record(data: &[u8]) -> Outcome {
+    let Some((&selector, frame)) = data.split_first() else {
+        return Outcome::Rejected;
+    };
+    let kind = KINDS[usize::from(selector & 0x7f) % KINDS.len()];
+    let mut frame = frame.to_vec();
+    if selector & FIX_FRAME != 0 && frame.len() >= 6 {
+        fix_frame(kind, &mut frame);
+    }
+    match kind {
+        Kind::Op => frame_round_trip::<OpRecord>(kind, &frame, op_views),
+        Kind::Step => frame_round_trip::<StepRecord>(kind, &frame, |s| {
+            if let StepState::Done { value } = &s.state {
+                let _ = crate::codec::to_json(&value.0);
+            }
+        }),
+        Kind::Event => event(&frame),
+        Kind::Meta | Kind::Checkpoint => crate::journal::fuzzing::file_frame(kind, &frame),
+    }
+}
+
+/// Writes `kind` and the checksum of the body into a frame.
+fn fix_frame(kind: Kind, frame: &mut [u8]) {
+    frame[0] = kind as u8;
+    let crc = record::crc32(&frame[6..]);
+    frame[2..6].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Decodes a frame as `T`; a decoded value must survive encode + decode.
+pub(crate) fn frame_round_trip<T>(kind: Kind, frame: &[u8], views: impl FnOnce(&T)) -> Outcome
+where
+    T: Serialize + DeserializeOwned + PartialEq + Debug,
+{
+    match record::decode::<T>(kind, frame, "fuzz", b"k") {
+        Ok(value) => {
+            views(&value);
+            let again = record::encode(kind, &value).expect("a decoded value encodes again");
+            let back: T = record::decode(kind, &again, "fuzz", b"k")
+                .expect("a re-encoded value decodes again");
+            assert_eq!(back, value, "decode(encode(v)) != v");
+            Outcome::Decoded
+        }
+        Err(e) => refused(e),
+    }
+}
+
+/// The errors the record decoder may refuse a frame with.
+fn refused(e: Error) -> Outcome {
+    match e {
+        Error::Corrupt { .. } | Error::RecordVersion { .. } => Outcome::Rejected,
+        other => panic!("a bad frame must be Corrupt or RecordVersion, got: {other}"),
+    }
+}
+
+/// What the runtime builds from a decoded operation record for operators.
+fn op_views(rec: &OpRecord) {
+    let digest = [0x5a; 32];
+    key_text_round_trips(&IdemKey::from_parts(&rec.tool, digest, rec.generation));
+    let esc = crate::runtime::escalation_of(&digest, rec);
+    let _ = serde_json::to_string(&esc);
+    if let State::Committed { result, .. } = &rec.state {
+        let _ = crate::codec::to_json(&result.0);
+    }
+}
+
+/// An audit event, decoded as the stream reader does, and written back as
+/// the engine would write it.
+fn event(frame: &[u8]) -> Outcome {
+    let ev = match AuditLog::decode("fuzz", 7, frame) {
+        Ok(ev) => ev,
+        Err(e) => return refused(e),
+    };
+    let _ = ev.to_json_line();
+    let key = ev.key.as_deref().map(|text| {
+        IdemKey::parse(text)
+            .unwrap_or_else(|e| panic!("a key rebuilt from a stored event does not parse: {e}"))
+    });
+    if let Some(k) = &key {
+        key_text_round_trips(k);
+    }
+    let bytes = AuditLog::encode(&Draft {
+        at_ms: ev.at_ms,
+        tool: &ev.tool,
+        key: key.as_ref(),
+        root_run: &ev.root_run,
+        agent: &ev.agent,
+        kind: ev.kind.clone(),
+    })
+    .expect("a decoded event encodes again");
+    let back = AuditLog::decode("fuzz", 7, &bytes).expect("a re-encoded event decodes again");
+    // The key's tool prefix is rebuilt from the stored tool name, so only
+    // the key text may legitimately differ in form; it must not.
+    assert_eq!(back, ev, "decode(encode(event)) != event");
+    Outcome::Decoded
+}
+
+/// `IdemKey::parse` and everything built on it: `FromStr` and serde.
+///
+/// Input: `[mode][rest]`. Mode even: `rest` (lossily made UTF-8) is parsed
+/// as a key's text. Mode odd: a key is built from parts, as the journal
+/// rebuilds stored keys (`rest` = 32 digest bytes, 4 generation bytes,
+/// then the tool name), and its text must parse back to it.
+///
+/// Properties: no panic; a refusal is `BadKey`; `parse`, `FromStr` and
+/// serde agree; a parsed key prints as exactly the text it came from and
+/// parses again to an equal key, under every generation.
+pub fn key(data: &[u8]) -> Outcome {
+    let Some((&mode, rest)) = data.split_first() else {
+        return Outcome::Rejected;
+    };
+    if mode & 1 == 1 {
+        let Some((digest, rest)) = rest.split_first_chunk::<32>() else {
+            return Outcome::Rejected;
+        };
+        let Some((gen, tool)) = rest.split_first_chunk::<4>() else {
+            return Outcome::Rejected;
+        };
+        let tool = String::from_utf8_lossy(tool);
+        let key = IdemKey::from_parts(&tool, *digest, u32::from_le_bytes(*gen));
+        key_text_round_trips(&key);
+        return Outcome::Decoded;
+    }
+    let text = String::from_utf8_lossy(rest);
+    let parsed = IdemKey::parse(&text);
+    let from_str = text.parse::<IdemKey>();
+    let json = serde_json::to_string(&*text).expect("a string serializes");
+    let from_serde = serde_json::from_str::<IdemKey>(&json);
+    match parsed {
+        Ok(key) => {
+            assert_eq!(key.as_str(), text, "a parsed key prints differently");
+            assert_eq!(from_str.ok().as_ref(), Some(&key), "FromStr disagrees");
+            assert_eq!(from_serde.ok().as_ref(), Some(&key), "serde disagrees");
+            key_text_round_trips(&key);
+            Outcome::Decoded
+        }
+        Err(Error::BadKey { .. }) => {
+            assert!(from_str.is_err(), "FromStr accepts what parse refuses");
+            assert!(from_serde.is_err(), "serde accepts what parse refuses");
+            Outcome::Rejected
+        }
+        Err(other) => panic!("a bad key must be BadKey, got: {other}"),
+    }
+}
+
+/// `parse(key.to_string()) == key`, for the key and for another generation.
+fn key_text_round_trips(key: &IdemKey) {
+    let text = key.to_string();
+    assert!(text.len() <= 141, "key text of {} bytes", text.len());
+    let back = IdemKey::parse(&text).unwrap_or_else(|e| panic!("{text:?} does not parse: {e}"));
+    assert_eq!(&back, key);
+    assert_eq!(back.tool_prefix(), key.tool_prefix());
+    let other = key.with_generation(key.generation().wrapping_add(1));
+    let back =
+        IdemKey::parse(other.as_str()).unwrap_or_else(|e| panic!("{other:?} does not parse: {e}"));
+    assert_eq!(back, other);
+    assert_eq!(back.digest(), key.digest());
+}
+
+/// Valid inputs for each target, made by the real encoders: the seed
+/// corpus (`fuzz/seeds/<target>/`). Returns (target, name, input).
+pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for (name, input) in record_seeds() {
+        out.push(("record", name, input));
+    }
+    for (name, input) in crate::journal::fuzzing::wal_seeds() {
+        out.push(("wal", name, input));
+    }
+    for (name, input) in crate::journal::fuzzing::sled_value_seeds() {
+        out.push(("sled_value", name, input));
+    }
+    for (name, input) in key_seeds() {
+        out.push(("key", name, input));
+    }
+    for (name, input) in crate::journal::fuzzing::journal_files_seeds() {
+        out.push(("journal_files", name, input));
+    }
+    out
+}
+
+fn record_seeds() -> Vec<(String, Vec<u8>)> {
+    use crate::audit::EventKind;
+    use crate::class::Class;
+    use crate::record::{Blob, EscalationInfo, ResolutionInfo, Via};
+
+    let op = |state: State| OpRecord {
+        tool: "send_email".into(),
+        class: Class::Journal,
+        root_run: "order-1".into(),
+        scope: vec!["billing".into(), "child".into()],
+        generation: 1,
+        state,
+        attempts: 2,
+        first_attempt_ms: 1_700_000_000_000,
+        key_first_sent_ms: Some(1_700_000_000_100),
+        updated_ms: 1_700_000_000_500,
+        maybe_landed: true,
+        fingerprint: [7; 32],
+        args: r#"{"to":"a@example.com"}"#.into(),
+        last_error: Some("timeout".into()),
+        verify_answer: Some("not found".into()),
+        escalation: Some(EscalationInfo {
+            reason: "ambiguous".into(),
+            at_ms: 5,
+        }),
+        resolution: Some(ResolutionInfo {
+            kind: "landed".into(),
+            note: "checked the ledger".into(),
+            at_ms: 6,
+            amendments: 1,
+        }),
+    };
+    let result = crate::codec::encode(&serde_json::json!({"id": "msg_1", "n": [1, 2.5]}))
+        .expect("a JSON value encodes");
+    let mut frames = vec![
+        (
+            "op-committed",
+            Kind::Op,
+            record::encode(
+                Kind::Op,
+                &op(State::Committed {
+                    result: Blob(result.clone()),
+                    via: Via::Verify,
+                }),
+            ),
+        ),
+        (
+            "op-intent",
+            Kind::Op,
+            record::encode(Kind::Op, &op(State::Intent)),
+        ),
+        (
+            "op-failed",
+            Kind::Op,
+            record::encode(
+                Kind::Op,
+                &op(State::Failed {
+                    error: "refused".into(),
+                }),
+            ),
+        ),
+        (
+            "step-done",
+            Kind::Step,
+            record::encode(
+                Kind::Step,
+                &StepRecord {
+                    name: "plan".into(),
+                    root_run: "order-1".into(),
+                    state: StepState::Done {
+                        value: Blob(result),
+                    },
+                    at_ms: 9,
+                },
+            ),
+        ),
+    ];
+    let key = IdemKey::from_parts("send_email", [3; 32], 2);
+    for (name, kind) in [
+        (
+            "event-intent",
+            EventKind::Intent {
+                generation: 2,
+                fingerprint: "ab".repeat(32),
+            },
+        ),
+        ("event-attempt", EventKind::Attempt { attempt: 1 }),
+    ] {
+        frames.push((
+            name,
+            Kind::Event,
+            AuditLog::encode(&Draft {
+                at_ms: 11,
+                tool: "send_email",
+                key: Some(&key),
+                root_run: "order-1",
+                agent: "order-1/child",
+                kind,
+            }),
+        ));
+    }
+    let mut out: Vec<(String, Vec<u8>)> = frames
+        .into_iter()
+        .map(|(name, kind, frame)| {
+            let frame = frame.expect("a seed encodes");
+            (name.to_string(), framed_input(kind, frame))
+        })
+        .collect();
+    out.extend(crate::journal::fuzzing::file_seeds());
+    out
+}
+
+/// The [`record()`] input for a frame of `kind`: its selector, then the
+/// frame (checksums left as the encoder wrote them).
+pub(crate) fn framed_input(kind: Kind, frame: Vec<u8>) -> Vec<u8> {
+    let selector = KINDS
+        .iter()
+        .position(|k| *k == kind)
+        .expect("every kind is selectable") as u8;
+    let mut input = vec![selector];
+    input.extend(frame);
+    input
+}
+
+fn key_seeds() -> Vec<(String, Vec<u8>)> {
+    let key = IdemKey::from_parts("send_email", [0xab; 32], 3);
+    let mut text = vec![0];
+    text.extend(key.as_str().as_bytes());
+    let mut parts = vec![1];
+    parts.extend([0x11; 32]);
+    parts.extend(7u32.to_le_bytes());
+    parts.extend("Send Email/v2".as_bytes());
+    vec![("text".into(), text), ("parts".into(), parts)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+
+    const TARGETS: [&str; 5] = ["record", "wal", "sled_value", "key", "journal_files"];
+
+    fn fuzz_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
+    }
+
+    fn target(name: &str) -> fn(&[u8]) -> Outcome {
+        match name {
+            "record" => record,
+            "wal" => wal,
+            "sled_value" => sled_value,
+            "key" => key,
+            "journal_files" => journal_files,
+            other => panic!("no fuzz target {other}"),
+        }
+    }
+
+    /// The files of `fuzz/<dir>/<target>/`, by name.
+    fn inputs(dir: &str, target: &str) -> Vec<(String, Vec<u8>)> {
+        let path = fuzz_dir().join(dir).join(target);
+        let Ok(entries) = std::fs::read_dir(&path) else {
+            return Vec::new();
+        };
+        let mut out: Vec<_> = entries
+            .map(|e| {
+                let e = e.expect("readable directory entry");
+                let name = e.file_name().to_string_lossy().into_owned();
+                (name, std::fs::read(e.path()).expect("readable input"))
+            })
+            .filter(|(name, _)| !name.starts_with('.') && !name.ends_with(".md"))
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn seeds_reach_the_decoders() {
+        let seeds = seeds();
+        for name in TARGETS {
+            assert!(seeds.iter().any(|s| s.0 == name), "no seed for {name}");
+        }
+        for (t, name, input) in seeds {
+            assert_eq!(target(t)(&input), Outcome::Decoded, "seed {t}/{name}");
+        }
+    }
+
+    #[test]
+    fn committed_seed_corpus_is_what_the_encoders_write() {
+        // If this fails, the format changed: regenerate the seeds with
+        // `cargo run -p idem-runtime --features fuzzing --example fuzz_seeds`.
+        for (t, name, input) in seeds() {
+            let committed = inputs("seeds", t);
+            let found = committed.iter().find(|(n, _)| *n == name);
+            assert_eq!(
+                found.map(|(_, b)| b),
+                Some(&input),
+                "fuzz/seeds/{t}/{name} is missing or stale"
+            );
+        }
+    }
+
+    #[test]
+    fn committed_fuzz_findings_replay_without_failing() {
+        let mut replayed = 0;
+        for t in TARGETS {
+            for (name, input) in inputs("regressions", t) {
+                let outcome = std::panic::catch_unwind(|| target(t)(&input));
+                assert!(outcome.is_ok(), "fuzz/regressions/{t}/{name} fails again");
+                replayed += 1;
+            }
+        }
+        assert!(
+            replayed > 0,
+            "no committed fuzz findings under {:?}",
+            fuzz_dir()
+        );
+    }
+}

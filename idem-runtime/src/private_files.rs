@@ -1,0 +1,48 @@
+//! Files only their owner can read or write. The journal holds every
+//! call's arguments and the admin API's token is a credential, so both are
+//! created mode 0600 (directories 0700 elsewhere), as PostgreSQL insists for
+//! its data directory.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write as _};
+use std::path::Path;
+
+/// Options for a new file only its owner may read, opened for writing.
+pub(crate) fn options() -> OpenOptions {
+    let mut o = OpenOptions::new();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    o.write(true);
+    o
+}
+
+/// fsyncs a directory, so that the entries created, renamed or removed in
+/// it are durable.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Replaces `dir/name` with `parts` atomically: the contents go to a
+/// temporary file renamed over the old one, so a reader sees the old file
+/// or the new one, never half of one. `durable` also fsyncs the file before
+/// the rename and the directory after it, so that the new contents survive
+/// a power cut once this returns.
+pub(crate) fn replace(dir: &Path, name: &str, parts: &[&[u8]], durable: bool) -> io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut f = options().create(true).truncate(true).open(&tmp)?;
+    for part in parts {
+        f.write_all(part)?;
+    }
+    if durable {
+        f.sync_all()?;
+    }
+    drop(f);
+    fs::rename(&tmp, dir.join(name))?;
+    if durable {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
