@@ -58,8 +58,124 @@
 //! ```
 //!
 //! The runtime's types are re-exported here; see [`Runtime`] for the
-//! journal, [`Ctx`] for runs, scopes and memoized steps, and
-//! [`Runtime::escalations`] / [`Runtime::resolve`] for the human side.
+//! journal (with the shape of a long-running server: one runtime opened at
+//! start, one [`Ctx`] per workflow), [`Ctx`] for runs, scopes and memoized
+//! steps, and [`Runtime::escalations`] / [`Runtime::resolve`] for the human
+//! side.
+//!
+//! # What a call does
+//!
+//! Every call of a journaled tool first looks up its key, then acts on what
+//! it finds:
+//!
+//! | record found | `read_only` | `provider` | `journal` | `at_most_once` |
+//! |---|---|---|---|---|
+//! | none | run, no journal | INTENT (durable), then run with the key | INTENT, then run | INTENT, then run |
+//! | COMMITTED | — | replay the result, no call | replay | replay |
+//! | INTENT, our own call in flight | — | wait for it (then [`ToolError::InFlight`]) | same | same |
+//! | INTENT, owner dead (crash, dropped call) | — | re-run with the same key inside the dedupe window and the budget, else escalate | ask `verify`: landed → commit its result; not landed → re-run; unknown or error → escalate | escalate |
+//! | REJECTED (semantic) | — | run again under the next key generation | same | same |
+//! | ESCALATED | — | [`ToolError::Escalated`], no call | same | same |
+//! | resolved by an operator | — | landed → replay; reissue → run; abandon → [`ToolError::Abandoned`] | same | same |
+//!
+//! and, inside one call, treats each failure by the tool's class
+//! ([`Failure`], from the error's [`Classify`]):
+//!
+//! | failure | `read_only` | `provider` | `journal` | `at_most_once` |
+//! |---|---|---|---|---|
+//! | `NotSent` | back off, retry | back off, retry | back off, retry | back off, retry |
+//! | `Ambiguous` | back off, retry | back off, retry with the same key | back off, then `verify` before re-running | escalate, never retry |
+//! | `Semantic` | return it | record REJECTED, return it | same | same |
+//! | budget or `max_elapsed` spent | return the last error | record it; an unresolved ambiguity escalates | same | — |
+//!
+//! Attempt counts and the first attempt's time are durable, so a crash loop
+//! does not reset the budget. Nothing reaches a provider unless its INTENT
+//! is on disk; a journal that cannot be written or read fails the call with
+//! [`ToolError::Journal`] before the provider is called. A call keyed like
+//! an earlier one but with other arguments is replayed with an `ArgsDrift`
+//! audit event, or refused with [`ToolError::ArgsMismatch`] under
+//! `on_drift = "reject"`.
+//!
+//! # Tools for a model: JSON dispatch
+//!
+//! Alongside the typed wrapper, `#[tool]` generates for each tool whose
+//! types allow it a JSON schema of its arguments (the parameters after the
+//! context) and a dispatcher that takes them as JSON. An LLM's
+//! function-calling loop needs nothing else: give the model
+//! [`tool_schemas()`] (name, description from the doc comment, schema,
+//! class) and run each call it makes with [`dispatch`], which goes through
+//! the engine exactly like a direct call (replayed, retried, escalated).
+//! Method tools need their instance: a [`Toolbox`] holds it, and is also
+//! what [`mcp`](crate#mcp) serves. See `#[tool]`'s section
+//! [JSON dispatch](macro@tool#json-dispatch) for which tools get a
+//! dispatcher and how to opt out.
+//!
+//! ```
+//! use idem::{tool, Classify, Ctx, DispatchError, Failure, Runtime};
+//! use serde_json::json;
+//!
+//! #[derive(Debug)]
+//! struct Declined;
+//! impl Classify for Declined {
+//!     fn classify(&self) -> Failure {
+//!         Failure::Semantic
+//!     }
+//! }
+//!
+//! /// Refunds part of an order.
+//! #[tool(class = "provider", key = "order_id", on_drift = "reject")]
+//! async fn refund(ctx: &Ctx, order_id: u64, cents: u64) -> Result<u64, Declined> {
+//!     Ok(cents) // a real tool calls the payments API with ctx.idempotency_key()
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! let rt = Runtime::open(dir.path())?;
+//! let schema = idem::tool_schemas().into_iter().find(|t| t.name == "refund").unwrap();
+//! assert_eq!(schema.description, "Refunds part of an order.");
+//! assert_eq!(schema.input_schema["required"], json!(["order_id", "cents"]));
+//!
+//! // What the model asked for, as JSON:
+//! let ctx = rt.run("support-ticket-81");
+//! let done = idem::dispatch(&ctx, "refund", json!({ "order_id": 4711, "cents": 500 })).await?;
+//! assert_eq!(done, json!(500));
+//! // The model asks again, with another amount: refused, not refunded twice.
+//! let again = idem::dispatch(&ctx, "refund", json!({ "order_id": 4711, "cents": 900 })).await;
+//! let err = again.unwrap_err();
+//! assert_eq!(err.kind(), "args_mismatch");
+//! // Mistakes are named, and nothing runs.
+//! let typo = idem::dispatch(&ctx, "refund", json!({ "order": 4711, "cents": 1 })).await;
+//! assert!(matches!(typo, Err(DispatchError::InvalidArguments { .. })));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # MCP
+//!
+//! With the feature `mcp`, `idem::mcp::McpServer` serves a
+//! [`ToolSet`] (a [`Toolbox`]) as a Model Context Protocol server, over
+//! stdio or streamable HTTP, with nothing else to write: annotations from
+//! each tool's class, the run identity from the request's `_meta`
+//! (`{"idem/run": "order-4711"}`, optionally `"idem/scope"`) or a
+//! resolver, and idem's errors as `isError` results that say what happened
+//! and what the caller may do. A whole server:
+//!
+//! ```text
+//! let rt = Runtime::open("./journal")?;
+//! let tools = Toolbox::new().with_methods(Arc::new(shop))?;   // a #[tool] impl block's tools
+//! idem::mcp::McpServer::new(rt, tools).serve_stdio().await?;
+//! ```
+//!
+//! rmcp, the Rust MCP SDK, has a `#[tool]` attribute too, for its own tool
+//! router; idem's server needs none of it. In a crate that uses both, keep
+//! idem's tools in free functions or in an `impl` block of their own marked
+//! `#[idem::tool]` (rmcp's `#[tool_router]` takes every tool attribute in
+//! its block for its own, and fails on idem's with `E0599: no function or
+//! associated item named '…_tool_attr'`), and where both names are in
+//! scope, import idem's as `use idem::tool as idem_tool;`: the block
+//! attribute recognizes method attributes whose path ends in `tool` or
+//! `_tool`.
 
 #![warn(missing_docs)]
 
@@ -77,6 +193,13 @@ pub use idem_runtime::admin;
 #[doc(inline)]
 pub use idem_http as http;
 
+/// Serve `#[tool]`s over the Model Context Protocol, on stdio or streamable
+/// HTTP, with annotations from their class, run identities from `_meta`
+/// and idem's errors as MCP error results (feature `mcp`).
+#[cfg(feature = "mcp")]
+#[doc(inline)]
+pub use idem_mcp as mcp;
+
 /// Makes an async function or `&self` method a retry-safe tool.
 ///
 /// ```text
@@ -92,6 +215,10 @@ pub use idem_http as http;
 ///     timeout = "30s",                  per attempt; an overrun is ambiguous
 ///     on_drift = "replay" | "reject",   same key, other arguments
 ///     redact = "body, card",            never written to the journal
+///     dispatch = true | false,          JSON dispatcher: required / none
+///                                       (default: where the types allow)
+///     schema = path,                    the arguments' JSON schema, by hand
+///     destructive = false,              MCP hint: only adds, never destroys
 ///     crate = "::idem",                 where the generated code finds idem
 /// )]
 /// ```
@@ -477,7 +604,7 @@ pub use idem_http as http;
 /// waits until the dead attempt would have timed out in the call itself —
 /// its start, plus `timeout`, plus the backoff — before it asks. That wait
 /// can be as long as `timeout`: it is recorded as an
-/// [`EventKind::Settling`](crate::EventKind::Settling) audit event (and a
+/// [`EventKind::Settling`] audit event (and a
 /// `tracing` event) with its length, so a host that gives up on slow tool
 /// calls sees why. Choose the longest an attempt may really take.
 ///
@@ -560,6 +687,73 @@ pub use idem_http as http;
 /// # }
 /// ```
 ///
+/// ## JSON dispatch
+///
+/// Each tool also gets, next to itself, a dispatcher that takes its
+/// arguments as one JSON object and returns its result as JSON, and the
+/// JSON schema of that object, for [`tool_schemas()`], [`dispatch`], a
+/// [`Toolbox`] and MCP. It exists when the types allow it:
+///
+/// - the signature: not generic, no `impl Trait`, nothing borrowed (`&str`,
+///   a lifetime: take `String`), no `Self` in a type, no `#[cfg]`
+///   parameter; a method tool is registered by its `#[tool]` impl block
+///   (not generic either), and is called through a [`Toolbox`] holding the
+///   instance;
+/// - the types: every parameter `serde::Deserialize` (owned), the result
+///   `Serialize`, the call's future `Send`. These are probed without
+///   bounds, so a tool whose types do not allow JSON still compiles; it
+///   simply is not listed, and dispatching it says which type stands in
+///   the way.
+///
+/// `dispatch = true` makes the dispatcher required: every condition becomes
+/// a compile error on the code at fault. `dispatch = false` generates
+/// nothing (for a tool no model should see, or to save its compile time).
+///
+/// The schema lists one property per parameter (after the context), by its
+/// name, each from the type's [`ArgSchema`] (built in for the standard
+/// types, implemented by hand for yours), else from `schemars::JsonSchema`
+/// with the feature `schemars`, else `{}` (any value, still checked by
+/// `Deserialize`). A parameter whose type accepts `null` (an `Option`) is
+/// not required. `schema = path` names a `fn() -> serde_json::Value` that
+/// returns the whole schema instead. The description is the tool's doc
+/// comment. `destructive = false` (not on `read_only`) tells MCP clients
+/// the tool only adds (sends, creates) and never destroys or overwrites:
+/// by default every side-effecting tool is reported destructive.
+///
+/// ```
+/// # use idem::{tool, Classify, Ctx, Failure, Runtime};
+/// # #[derive(Debug)] enum ApiError { Refused, Timeout, Rejected }
+/// # impl Classify for ApiError { fn classify(&self) -> Failure { match self { ApiError::Refused => Failure::not_sent(), ApiError::Timeout => Failure::ambiguous(), ApiError::Rejected => Failure::Semantic } } }
+/// # impl std::fmt::Display for ApiError { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{self:?}") } }
+/// # impl std::error::Error for ApiError {}
+/// /// Emails a receipt.
+/// #[tool(class = "provider", key = "to, order_id", destructive = false, dispatch = true)]
+/// async fn send_receipt(ctx: &Ctx, to: String, order_id: u64, cc: Option<String>) -> Result<String, ApiError> {
+///     Ok(format!("sent to {to}"))
+/// }
+///
+/// /// Takes a borrowed name: no dispatcher, and none asked for.
+/// #[tool(class = "read_only")]
+/// async fn greet(ctx: &Ctx, name: &str) -> Result<String, ApiError> {
+///     Ok(format!("hello {name}"))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let schema = idem::tool_schemas().into_iter().find(|t| t.name == "send_receipt").unwrap();
+/// assert_eq!(schema.input_schema["required"], serde_json::json!(["to", "order_id"]));
+/// assert!(!schema.destructive);
+/// assert!(idem::tool_schemas().iter().all(|t| t.name != "greet"));
+///
+/// let rt = Runtime::open(dir.path())?;
+/// let args = serde_json::json!({ "to": "ann@example.com", "order_id": 4711 });
+/// let sent = idem::dispatch(&rt.run("order-4711"), "send_receipt", args).await?;
+/// assert_eq!(sent, "sent to ann@example.com");
+/// # Ok(())
+/// # }
+/// ```
+///
 /// ## `crate`
 ///
 /// The path through which the generated code reaches idem (default
@@ -608,7 +802,10 @@ pub use idem_http as http;
 /// outside a `#[tool]` impl block; two tools of one name in one binary (at
 /// link time); unknown (with the closest valid name suggested) or duplicate
 /// arguments, malformed durations, and `redact` entries that are not
-/// parameters. `key` and `redact` lists may end with a comma.
+/// parameters; `dispatch` or `destructive` that is not `true`/`false`,
+/// `destructive` on `read_only`, `schema` with `dispatch = false`, and
+/// under `dispatch = true` whatever keeps the tool from a JSON dispatcher.
+/// `key` and `redact` lists may end with a comma.
 ///
 /// Durations are written as a number and a unit among `ms`, `s`, `m`, `h`,
 /// `d`: `"500ms"`, `"1.5s"`, `"24h"`, `"1h 30m"`.

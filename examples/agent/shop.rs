@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::{tool, Ctx, ToolError, Verdict};
+use idem::{tool, ArgSchema, Ctx, ToolError, Verdict};
 use idem_testkit::{
     Charge, ChargeOutcome, ChargeRequest, ClientConfig, Clients, EmailMessage, NewTicket,
     ProviderAddrs, ProviderError, Providers, SentMessage, Ticket, WireReceipt, WireRequest,
@@ -39,6 +39,32 @@ pub struct Order {
     pub iban: String,
     /// The goodwill refund the support agent grants (late delivery).
     pub refund_cents: u64,
+}
+
+/// The schema MCP clients and models are shown for an `Order` argument
+/// (`charge` takes the order that `lookup_order` returned).
+impl ArgSchema for Order {
+    fn arg_schema() -> serde_json::Value {
+        let (int, text) = (u64::arg_schema(), String::arg_schema());
+        let fields = [
+            "id",
+            "customer",
+            "email",
+            "amount_cents",
+            "currency",
+            "iban",
+            "refund_cents",
+        ];
+        serde_json::json!({
+            "type": "object",
+            "description": "an order, as lookup_order returns it",
+            "properties": {
+                "id": int, "customer": text, "email": text, "amount_cents": int,
+                "currency": text, "iban": text, "refund_cents": int,
+            },
+            "required": fields,
+        })
+    }
 }
 
 /// The order book: deterministic, so every process (and every restart) sees
@@ -160,6 +186,10 @@ pub struct Shop {
     hook: Option<Hook>,
 }
 
+// `#[tool]` on the block registers the tool methods for JSON dispatch
+// (`idem::Toolbox::with_methods`), which serves them over MCP
+// (examples/mcp_server.rs).
+#[tool]
 impl Shop {
     /// Tools talking to the providers at `addrs`.
     pub fn new(addrs: ProviderAddrs) -> Shop {
@@ -183,11 +213,11 @@ impl Shop {
         }
     }
 
-    // Each tool names itself (`name = "charge"`): a method tool's name must
-    // be given, or come from `#[idem::tool]` on the `impl` block, which would
-    // make these `Shop::charge` etc. The name is part of every key, and the
-    // journals, audit logs and checks of the demo and the torture harness
-    // know the tools by these short names.
+    // Each tool names itself (`name = "charge"`): without a `name`, the
+    // `#[tool]` on the block would make these `Shop::charge` etc. The name is
+    // part of every key, and the journals, audit logs and checks of the demo
+    // and the torture harness know the tools by these short names. The doc
+    // comments are the descriptions MCP clients and models are shown.
 
     /// Step 1, read-only: no key, no journal, retried freely.
     #[tool(
@@ -240,6 +270,7 @@ impl Shop {
     #[tool(
         class = "journal",
         name = "send_email",
+        destructive = false,
         key = "to, template, order_id",
         verify = email_landed,
         redact = "body",
@@ -283,6 +314,7 @@ impl Shop {
     #[tool(
         class = "journal",
         name = "open_ticket",
+        destructive = false,
         key = "order_id, topic",
         verify = ticket_landed,
         retry(max_attempts = 10, initial = "10ms", max_interval = "200ms"),

@@ -47,6 +47,13 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
         unreachable!("validate() only returns a Tool for a complete signature")
     };
 
+    // Next to a free function, its JSON dispatcher (a method's comes from
+    // its `impl` block); computed on the signature as the user wrote it.
+    let dispatcher = if shape.method {
+        TokenStream::new()
+    } else {
+        crate::dispatch::free(tool, &item.sig, &item.attrs)
+    };
     let ItemFn {
         attrs,
         vis,
@@ -265,6 +272,7 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
             let #attempt_fn = #attempt;
             #call
         }
+        #dispatcher
     }
 }
 

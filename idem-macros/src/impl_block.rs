@@ -77,6 +77,32 @@ pub(crate) fn expand(args: TokenStream, mut block: ItemImpl) -> TokenStream {
             }
         }
     }
+    // The dispatchers of the methods that validate; the others' errors
+    // come from their own attributes.
+    let validated: Vec<(crate::validate::Tool, &syn::ImplItemFn)> = block
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            ImplItem::Fn(method) => Some(method),
+            _ => None,
+        })
+        .filter_map(|method| {
+            let attr = method.attrs.iter().find(|a| is_tool_attr(a))?;
+            let Meta::List(list) = &attr.meta else {
+                return None;
+            };
+            let args = syn::parse2::<Args>(list.tokens.clone()).ok()?;
+            let item = syn::ItemFn {
+                attrs: Vec::new(),
+                vis: method.vis.clone(),
+                sig: method.sig.clone(),
+                block: Box::new(method.block.clone()),
+            };
+            let tool = crate::validate::validate(args.0, &item).ok()?;
+            Some((tool, method))
+        })
+        .collect();
+    let dispatchers = crate::dispatch::methods(&block, &validated);
     if tools == 0 {
         errors.at(
             Span::call_site(),
@@ -91,6 +117,7 @@ pub(crate) fn expand(args: TokenStream, mut block: ItemImpl) -> TokenStream {
     if let Err(e) = errors.finish(()) {
         out.extend(e.to_compile_error());
     }
+    out.extend(dispatchers);
     out
 }
 

@@ -7,12 +7,15 @@
 //! collects every problem, `expand` writes the wrapper. Any problem leaves
 //! the user's function as written, next to one `compile_error!` per
 //! problem, so the rest of the crate still type-checks and IDEs keep
-//! working. On an `impl` block, `impl_block` only completes the block's
-//! method attributes with the type's name (the default `Type::method`),
-//! and each method is then expanded on its own.
+//! working. On an `impl` block, `impl_block` completes the block's method
+//! attributes with the type's name (the default `Type::method`), and each
+//! method is then expanded on its own. `dispatch` writes each tool's JSON
+//! dispatcher and argument schema: next to a free function, and after the
+//! block for methods (only the block knows their type).
 
 #![warn(missing_docs)]
 
+mod dispatch;
 mod duration;
 mod expand;
 mod impl_block;

@@ -46,6 +46,16 @@ fn method() -> TokenStream {
     )
 }
 
+/// The `impl` block a block expansion starts with (its methods'
+/// dispatchers follow it).
+fn first_impl(out: TokenStream) -> syn::ItemImpl {
+    let file: syn::File = syn::parse2(out).expect("items come out");
+    match file.items.into_iter().next() {
+        Some(syn::Item::Impl(block)) => block,
+        other => panic!("an impl block comes first, not {other:?}"),
+    }
+}
+
 fn key_texts(tool: &Tool) -> Vec<&str> {
     tool.key.iter().map(|k| k.text.as_str()).collect()
 }
@@ -185,7 +195,7 @@ fn a_method_needs_its_type_in_its_name() {
 /// attribute as the inner expansion will.
 fn names_in_impl(args: TokenStream, block: TokenStream) -> Vec<String> {
     let out = super::tool_impl(args, block).expect("the block is accepted");
-    let block: syn::ItemImpl = syn::parse2(out).expect("an impl block comes out");
+    let block = first_impl(out);
     let mut names = Vec::new();
     for item in block.items {
         let syn::ImplItem::Fn(f) = item else { continue };
@@ -258,7 +268,7 @@ fn an_impl_block_recognizes_the_renamed_import() {
         ),
     )
     .unwrap();
-    let block: syn::ItemImpl = syn::parse2(out).unwrap();
+    let block = first_impl(out);
     let syn::ImplItem::Fn(f) = &block.items[0] else {
         panic!("a method comes out")
     };
@@ -406,4 +416,129 @@ fn non_functions_are_refused() {
         ),
     );
     assert!(errs[0].contains("needs the function's body"), "{errs:?}");
+}
+
+/// Which signatures get a JSON dispatcher: the reason given is the one a
+/// `dispatch = true` error shows.
+#[test]
+fn dispatchers_are_generated_only_where_the_signature_allows_one() {
+    use crate::dispatch::fn_ineligible;
+    let why = |args: TokenStream, item: TokenStream| {
+        let func: syn::ItemFn = syn::parse2(item.clone()).unwrap();
+        let tool = model(args, item);
+        fn_ineligible(&func.sig, &tool.shape, false)
+    };
+    let provider = quote!(class = "provider", key = "id");
+    assert_eq!(
+        why(
+            provider.clone(),
+            quote!(
+                async fn f(ctx: &idem::Ctx, id: u64, note: Option<String>) -> Result<Vec<u8>, E> {
+                    Ok(vec![])
+                }
+            )
+        ),
+        None
+    );
+    let cases = [
+        (
+            quote!(
+                async fn f(ctx: &Ctx, id: u64, name: &str) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+            "`&str` borrows",
+        ),
+        (
+            quote!(
+                async fn f(
+                    ctx: &Ctx,
+                    id: u64,
+                    c: std::borrow::Cow<'static, str>,
+                    n: Wrap<'a>,
+                ) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+            "`Wrap<'a>` borrows",
+        ),
+        (
+            quote!(
+                async fn f<T: Clone>(ctx: &Ctx, id: u64, t: T) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+            "it is generic",
+        ),
+        (
+            quote!(
+                async fn f(ctx: &Ctx, id: u64, #[cfg(test)] t: u8) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+            "`#[cfg(...)]`",
+        ),
+        (
+            quote!(
+                async fn f(ctx: &Ctx, id: u64, t: impl Clone) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+            "`impl Clone` is an `impl Trait`",
+        ),
+        (
+            quote!(
+                async fn f(ctx: &RunContext, id: u64) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+            "not written `&Ctx`",
+        ),
+    ];
+    for (item, expected) in cases {
+        let text = item.to_string();
+        let reason = why(provider.clone(), item).unwrap_or_else(|| panic!("{text}: eligible"));
+        assert!(reason.contains(expected), "{text}: {reason}");
+    }
+    // A method: only its `#[tool]` block registers it.
+    let func: syn::ItemFn = syn::parse2(method()).unwrap();
+    let tool = model(
+        quote!(class = "provider", key = "to", name = "M::send"),
+        method(),
+    );
+    assert!(fn_ineligible(&func.sig, &tool.shape, false).is_some());
+    assert_eq!(fn_ineligible(&func.sig, &tool.shape, true), None);
+}
+
+#[test]
+fn dispatch_arguments_are_read() {
+    use crate::validate::Dispatch;
+    let tool = model(quote!(class = "provider", key = "to"), tool_fn());
+    assert!(tool.dispatch == Dispatch::Auto && tool.destructive.is_none() && tool.schema.is_none());
+    let tool = model(
+        quote!(
+            class = "provider",
+            key = "to",
+            dispatch = true,
+            destructive = false,
+            schema = my::schema
+        ),
+        tool_fn(),
+    );
+    assert!(tool.dispatch == Dispatch::Required);
+    assert_eq!(tool.destructive, Some(false));
+    assert_eq!(tool.schema.to_token_stream().to_string(), "my :: schema");
+    let tool = model(
+        quote!(class = "provider", key = "to", dispatch = false),
+        tool_fn(),
+    );
+    assert!(tool.dispatch == Dispatch::Off);
+    let errs = errors(
+        quote!(class = "provider", key = "to", dispatch = 1),
+        tool_fn(),
+    );
+    assert!(
+        errs[0].starts_with("`dispatch` takes `true` or `false`"),
+        "{errs:?}"
+    );
 }

@@ -44,6 +44,9 @@ const ARGS: &[&str] = &[
     "timeout",
     "on_drift",
     "redact",
+    "dispatch",
+    "schema",
+    "destructive",
     "crate",
 ];
 
@@ -112,7 +115,26 @@ pub(crate) struct Tool {
     pub(crate) timeout: Option<Duration>,
     pub(crate) on_drift_reject: bool,
     pub(crate) redact: Vec<String>,
+    /// Whether a JSON dispatcher is generated (see `crate::dispatch`).
+    pub(crate) dispatch: Dispatch,
+    /// Where `dispatch` was written, for errors about it.
+    pub(crate) dispatch_span: Option<Span>,
+    /// `schema = path`: the arguments' schema, replacing the generated one.
+    pub(crate) schema: Option<syn::Path>,
+    /// `destructive = ...`.
+    pub(crate) destructive: Option<bool>,
     pub(crate) shape: Shape,
+}
+
+/// `dispatch = ...`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dispatch {
+    /// Not given: a dispatcher where the types allow one.
+    Auto,
+    /// `dispatch = true`: required; its absence is a compile error.
+    Required,
+    /// `dispatch = false`: none.
+    Off,
 }
 
 /// One entry of `key`: a parameter and an optional field path under it.
@@ -217,6 +239,9 @@ struct Raw {
     timeout: Option<(Ident, Value)>,
     on_drift: Option<(Ident, Value)>,
     redact: Option<(Ident, Value)>,
+    dispatch: Option<(Ident, Value)>,
+    schema: Option<(Ident, Value)>,
+    destructive: Option<(Ident, Value)>,
     krate: Option<(Ident, Value)>,
     impl_type: Option<(Ident, Value)>,
 }
@@ -242,6 +267,9 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
             "timeout" => &mut raw.timeout,
             "on_drift" => &mut raw.on_drift,
             "redact" => &mut raw.redact,
+            "dispatch" => &mut raw.dispatch,
+            "schema" => &mut raw.schema,
+            "destructive" => &mut raw.destructive,
             "crate" => &mut raw.krate,
             IMPL_TYPE_ARG => &mut raw.impl_type,
             _ => {
@@ -285,7 +313,7 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         .map(|s| s.value());
     let fn_name = item.sig.ident.unraw().to_string();
     let tool_name = match &raw.name {
-        None => match impl_type {
+        None => match &impl_type {
             Some(ty) => format!("{ty}::{fn_name}"),
             None if shape.method => {
                 errors.on(
@@ -396,6 +424,49 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         },
     };
 
+    let dispatch = match &raw.dispatch {
+        None => Dispatch::Auto,
+        Some((name, value)) => match bool_arg(name, value, &mut errors) {
+            Some(true) => Dispatch::Required,
+            Some(false) => Dispatch::Off,
+            None => Dispatch::Auto,
+        },
+    };
+    let schema = raw.schema.as_ref().and_then(|(name, value)| match value {
+        Value::Expr(Expr::Path(p)) if p.qself.is_none() => Some(p.path.clone()),
+        _ => {
+            errors.at(
+                value.span(name),
+                "`schema` takes a path to a function returning the arguments' JSON schema: \
+                 schema = charge_schema (a `fn() -> serde_json::Value`)",
+            );
+            None
+        }
+    });
+    if let (Some((name, _)), Dispatch::Off) = (&raw.schema, dispatch) {
+        errors.at(
+            name.span(),
+            "`schema` with `dispatch = false`: the schema describes the arguments of the JSON \
+             dispatcher, and this tool has none; remove one of the two",
+        );
+    }
+    let destructive = raw
+        .destructive
+        .as_ref()
+        .and_then(|(name, value)| bool_arg(name, value, &mut errors));
+    if dispatch == Dispatch::Required {
+        if let Some(why) = crate::dispatch::fn_ineligible(&item.sig, &shape, impl_type.is_some()) {
+            let at = raw
+                .dispatch
+                .as_ref()
+                .map_or(Span::call_site(), |(name, _)| name.span());
+            errors.at(
+                at,
+                format!("`dispatch = true`, but this tool cannot have a JSON dispatcher: {why}"),
+            );
+        }
+    }
+
     // Rules that depend on the class; skipped when the class itself is in
     // error, so one mistake does not cascade into several.
     if let Some(class) = class {
@@ -494,6 +565,13 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
                  can be made safe",
             );
         }
+        if let (Some((name, _)), Class::ReadOnly) = (&raw.destructive, class) {
+            errors.at(
+                name.span(),
+                "`destructive` on a read_only tool: a read_only tool changes nothing, so it is \
+                 never destructive (MCP's readOnlyHint says so)",
+            );
+        }
         if class == Class::ReadOnly {
             for (arg, what) in [(&raw.on_drift, "on_drift"), (&raw.redact, "redact")] {
                 if let Some((name, _)) = arg {
@@ -549,8 +627,28 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         timeout,
         on_drift_reject,
         redact,
+        dispatch,
+        dispatch_span: raw.dispatch.as_ref().map(|(name, _)| name.span()),
+        schema,
+        destructive,
         shape,
     })
+}
+
+/// `true` or `false`.
+fn bool_arg(name: &Ident, value: &Value, errors: &mut Errors) -> Option<bool> {
+    match value {
+        Value::Expr(Expr::Lit(ExprLit {
+            lit: Lit::Bool(b), ..
+        })) => Some(b.value),
+        _ => {
+            errors.at(
+                value.span(name),
+                format!("`{name}` takes `true` or `false`: {name} = false"),
+            );
+            None
+        }
+    }
 }
 
 /// A provider's key must outlive every retry of it: a retry sent after the

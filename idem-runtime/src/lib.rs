@@ -15,6 +15,7 @@ mod class;
 mod clock;
 mod codec;
 mod ctx;
+mod dispatch;
 mod engine;
 mod error;
 mod escalation;
@@ -34,6 +35,9 @@ pub use audit::{AuditEvent, EventKind, Stats, Subscription, SubscriptionError, T
 pub use class::{tools, Class, LandedCheck, OnDrift, ToolDescriptor};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use ctx::Ctx;
+pub use dispatch::{
+    dispatch, tool_schemas, ArgSchema, BoxFuture, DispatchError, ToolSchema, ToolSet, Toolbox,
+};
 pub use engine::MAX_ARGS_BYTES;
 pub use error::{Error, ToolError};
 pub use escalation::{Escalation, Operation, Resolution, ResolutionView};
@@ -47,6 +51,13 @@ pub use runtime::{PruneReport, Runtime, RuntimeBuilder};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::class::{Class, OnDrift, RegisteredTool, ToolDescriptor};
+    pub use crate::dispatch::generated::{
+        args_schema, assert_dispatch_arg, assert_dispatch_result, assert_dispatch_send, never,
+        outcome, ready_err, ArgDecode, ArgOpaque, ArgProbe, ArgsReader, Call, Classified,
+        ClassifyProbe, Dispatcher, FutureLocal, FutureSend, RegisteredDispatch, ResultJson,
+        ResultOpaque, ResultProbe, SchemaAny, SchemaOwn, SchemaSchemars, SendProbe, Unclassified,
+    };
+    pub use crate::dispatch::{BoxFuture, DispatchError};
     pub use crate::engine::{call, call_read_only, call_with, ErrorHooks};
     pub use crate::key::Args;
     pub use crate::retry::RetryPolicy;

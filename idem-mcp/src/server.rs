@@ -1,0 +1,287 @@
+//! [`McpServer`]: a [`ToolSet`] served as an MCP server.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use idem_runtime::{Class, DispatchError, Runtime, ToolSchema, ToolSet};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{json, Map, Value};
+
+use crate::identity::{self, CallInfo, IdentityError, Resolver, RunIdentity};
+use crate::Error;
+
+/// Serves a set of tools over MCP: `tools/list` from their schemas and
+/// classes, `tools/call` through the engine under the call's run identity.
+///
+/// Cheap to clone (the streamable HTTP transport makes one per session).
+#[derive(Clone)]
+pub struct McpServer {
+    inner: Arc<Inner>,
+}
+
+#[derive(Clone)]
+struct Inner {
+    rt: Runtime,
+    tools: Arc<dyn ToolSet>,
+    /// MCP name → idem name (`Type::method` is `Type.method` in MCP).
+    names: BTreeMap<String, &'static str>,
+    listed: Vec<Tool>,
+    resolver: Option<Arc<Resolver>>,
+    info: Implementation,
+    instructions: Option<String>,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("tools", &self.inner.names.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A tool's name as MCP clients see it: MCP names are letters, digits,
+/// `_`, `-` and `.`, so a method tool's `Type::method` is `Type.method`.
+pub fn mcp_name(name: &str) -> String {
+    name.replace("::", ".")
+}
+
+/// MCP's hints from a tool's class: `read_only` reads only; every other
+/// class is idempotent (the same call in the same run is deduplicated) and
+/// destructive unless the tool says `destructive = false`.
+pub fn annotations(schema: &ToolSchema) -> ToolAnnotations {
+    let read_only = schema.class == Class::ReadOnly;
+    ToolAnnotations::new()
+        .read_only(read_only)
+        .destructive(!read_only && schema.destructive)
+        .idempotent(schema.idempotent())
+        .open_world(true)
+}
+
+fn listed(schema: &ToolSchema) -> Tool {
+    let input = match &schema.input_schema {
+        Value::Object(map) => map.clone(),
+        // A custom `schema = ...` that is not an object: MCP requires one.
+        other => {
+            let mut map = Map::new();
+            map.insert("type".into(), "object".into());
+            map.insert("description".into(), other.to_string().into());
+            map
+        }
+    };
+    let mut tool = Tool::new_with_raw(
+        mcp_name(schema.name),
+        (!schema.description.is_empty()).then(|| schema.description.clone().into()),
+        Arc::new(input),
+    )
+    .with_annotations(annotations(schema));
+    let mut meta = rmcp::model::MetaObject::new();
+    meta.insert("idem/class".into(), schema.class.as_str().into());
+    tool = tool.with_meta(meta);
+    tool
+}
+
+impl McpServer {
+    /// Serves `tools` on the journal of `rt`.
+    pub fn new(rt: Runtime, tools: impl ToolSet + 'static) -> McpServer {
+        let schemas = tools.schemas();
+        let names = schemas.iter().map(|s| (mcp_name(s.name), s.name)).collect();
+        let listed = schemas.iter().map(listed).collect();
+        McpServer {
+            inner: Arc::new(Inner {
+                rt,
+                tools: Arc::new(tools),
+                names,
+                listed,
+                resolver: None,
+                info: Implementation::new("idem", env!("CARGO_PKG_VERSION")),
+                instructions: None,
+            }),
+        }
+    }
+
+    /// This server's settings, copied first if a clone shares them (the
+    /// clone keeps the old ones).
+    fn inner_mut(&mut self) -> &mut Inner {
+        Arc::make_mut(&mut self.inner)
+    }
+
+    /// Derives the run identity of calls whose `_meta` has none (from the
+    /// tool, its arguments, the HTTP request's headers, ...). Returning
+    /// `None` refuses the call, as without a resolver.
+    pub fn with_resolver(
+        mut self,
+        resolver: impl Fn(&CallInfo<'_>) -> Option<RunIdentity> + Send + Sync + 'static,
+    ) -> McpServer {
+        self.inner_mut().resolver = Some(Arc::new(resolver));
+        self
+    }
+
+    /// The name and version this server gives in the MCP handshake
+    /// (default `idem` and idem's version).
+    pub fn with_server_info(mut self, name: &str, version: &str) -> McpServer {
+        self.inner_mut().info = Implementation::new(name, version);
+        self
+    }
+
+    /// Instructions for the client's model, sent in the handshake.
+    pub fn with_instructions(mut self, text: impl Into<String>) -> McpServer {
+        self.inner_mut().instructions = Some(text.into());
+        self
+    }
+
+    /// The tools as `tools/list` describes them.
+    pub fn tools(&self) -> &[Tool] {
+        &self.inner.listed
+    }
+
+    /// Serves one client over this process's stdin and stdout until it
+    /// closes them.
+    pub async fn serve_stdio(self) -> Result<(), Error> {
+        self.serve(rmcp::transport::stdio()).await
+    }
+
+    /// Serves one client over a byte stream (a socket, a pipe, one end of
+    /// `tokio::io::duplex`) until it closes.
+    pub async fn serve<R, W>(self, io: (R, W)) -> Result<(), Error>
+    where
+        R: tokio::io::AsyncRead + Send + Unpin + 'static,
+        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        let running = ServiceExt::serve(self, io)
+            .await
+            .map_err(|e| Error::Handshake(e.to_string()))?;
+        running
+            .waiting()
+            .await
+            .map_err(|e| Error::Transport(e.to_string()))?;
+        Ok(())
+    }
+
+    /// The call: identity, dispatch, and the MCP result of either.
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let inner = &self.inner;
+        let Some(&tool) = inner.names.get(request.name.as_ref()) else {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "no tool named `{}`; the tools are: {}",
+                    request.name,
+                    inner.names.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+                None,
+            ));
+        };
+        let arguments = request.arguments.unwrap_or_default();
+        // rmcp moves the request's `_meta` into the context; a params
+        // `_meta` left in place is read too.
+        let mut meta: Map<String, Value> = context.meta.0 .0.clone();
+        if let Some(m) = &request.meta {
+            for (k, v) in m.iter() {
+                meta.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        let identity = {
+            let info = CallInfo {
+                tool,
+                arguments: &arguments,
+                meta: &meta,
+                http: context.extensions.get::<http::request::Parts>(),
+            };
+            identity::resolve(&info, inner.resolver.as_deref())
+        };
+        let identity = match identity {
+            Ok(id) => id,
+            Err(e) => return Ok(identity_refusal(&e)),
+        };
+        let mut ctx = inner.rt.run(&identity.run);
+        for s in &identity.scope {
+            ctx = ctx.scope(s);
+        }
+        tracing::debug!(tool, run = %identity.run, "idem mcp call");
+        Ok(
+            match inner
+                .tools
+                .dispatch(&ctx, tool, Value::Object(arguments))
+                .await
+            {
+                Ok(value) => success(value),
+                Err(e) => failure(&e),
+            },
+        )
+    }
+}
+
+/// A tool's result: its JSON as structured content (wrapped as
+/// `{"result": ...}` when it is not an object, which MCP requires) and as
+/// text.
+fn success(value: Value) -> CallToolResult {
+    let structured = match value {
+        Value::Object(_) => value,
+        other => json!({ "result": other }),
+    };
+    CallToolResult::structured(structured)
+}
+
+/// An idem error as an MCP error result: what happened and what the caller
+/// may do, as structured content and as text.
+fn failure(e: &DispatchError) -> CallToolResult {
+    let mut result = CallToolResult::structured_error(e.to_json());
+    result.content = vec![ContentBlock::text(format!("{e}\n{}", e.advice()))];
+    result
+}
+
+fn identity_refusal(e: &IdentityError) -> CallToolResult {
+    let structured = json!({
+        "error": e.kind(),
+        "message": e.to_string(),
+        "advice": "Send the run identity in the request's _meta: {\"idem/run\": \"<workflow id>\"}, optionally with \"idem/scope\"; nothing was run.",
+        "retryable": false,
+    });
+    let mut result = CallToolResult::structured_error(structured);
+    result.content = vec![ContentBlock::text(e.to_string())];
+    result
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(self.inner.info.clone());
+        if let Some(text) = &self.inner.instructions {
+            config = config.with_instructions(text.clone());
+        }
+        config
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.inner.listed.clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.inner
+            .listed
+            .iter()
+            .find(|t| t.name.as_ref() == name)
+            .cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.call(request, context).await.map(Into::into)
+    }
+}

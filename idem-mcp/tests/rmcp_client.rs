@@ -1,0 +1,300 @@
+//! idem's MCP server against rmcp's own client: in process over a duplex
+//! pipe (the stdio transport's framing), and over streamable HTTP on
+//! 127.0.0.1. The Python client test (tests/mcp_python_client.rs at the
+//! workspace root) covers a client nobody here wrote; this one is fast and
+//! covers each rule of the server. (It names this crate `idem_mcp`; users
+//! write `idem::mcp`.)
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use idem::{tool, Classify, Ctx, Failure, Runtime, Toolbox};
+use idem_mcp::rmcp::model::{CallToolRequestParams, CallToolResult, RequestMetaObject};
+use idem_mcp::rmcp::service::RunningService;
+use idem_mcp::rmcp::{RoleClient, ServiceExt};
+use idem_mcp::{McpServer, RunIdentity};
+use serde_json::{json, Value};
+
+#[derive(Debug)]
+enum BankError {
+    /// The bank took the request and never answered.
+    Timeout,
+}
+
+impl std::fmt::Display for BankError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the bank did not answer")
+    }
+}
+
+impl Classify for BankError {
+    fn classify(&self) -> Failure {
+        match self {
+            BankError::Timeout => Failure::ambiguous(),
+        }
+    }
+}
+
+/// Counts the bodies that ran, per tool.
+#[derive(Default)]
+struct Bank {
+    charges: AtomicUsize,
+    wires: AtomicUsize,
+    lookups: AtomicUsize,
+}
+
+#[tool]
+impl Bank {
+    /// The balance of an account.
+    #[tool(class = "read_only")]
+    async fn balance(&self, _ctx: &Ctx, account: String) -> Result<u64, BankError> {
+        self.lookups.fetch_add(1, Ordering::SeqCst);
+        Ok(account.len() as u64 * 100)
+    }
+
+    /// Charges a card, once per order.
+    #[tool(class = "provider", key = "order_id", on_drift = "reject")]
+    async fn charge(&self, ctx: &Ctx, order_id: u64, cents: u64) -> Result<Value, BankError> {
+        self.charges.fetch_add(1, Ordering::SeqCst);
+        Ok(json!({ "order_id": order_id, "cents": cents, "key": ctx.idempotency_key().as_str() }))
+    }
+
+    /// Wires money; the bank never answers.
+    #[tool(class = "at_most_once", key = "transfer_id")]
+    async fn wire(&self, _ctx: &Ctx, transfer_id: String, cents: u64) -> Result<(), BankError> {
+        let _ = (transfer_id, cents);
+        self.wires.fetch_add(1, Ordering::SeqCst);
+        Err(BankError::Timeout)
+    }
+}
+
+fn server(rt: &Runtime, bank: &Arc<Bank>) -> McpServer {
+    let tools = Toolbox::new().with_methods(bank.clone()).unwrap();
+    McpServer::new(rt.clone(), tools)
+}
+
+/// A client connected to `server` over an in-process pipe.
+async fn connect(server: McpServer) -> RunningService<RoleClient, ()> {
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        let (r, w) = tokio::io::split(server_io);
+        server.serve((r, w)).await.unwrap();
+    });
+    ().serve(client_io).await.unwrap()
+}
+
+fn call(name: &str, args: Value, meta: Option<Value>) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new(name.to_string())
+        .with_arguments(args.as_object().cloned().unwrap_or_default());
+    if let Some(Value::Object(m)) = meta {
+        params.meta = Some(RequestMetaObject::from(m));
+    }
+    params
+}
+
+fn run(id: &str) -> Option<Value> {
+    Some(json!({ "idem/run": id }))
+}
+
+fn structured(r: &CallToolResult) -> &Value {
+    r.structured_content.as_ref().expect("structured content")
+}
+
+#[tokio::test]
+async fn tools_are_listed_with_hints_from_their_class() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    let client = connect(server(&rt, &Arc::default())).await;
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["Bank.balance", "Bank.charge", "Bank.wire"]);
+    let hints = |i: usize| {
+        let a = tools[i].annotations.as_ref().unwrap();
+        (a.read_only_hint, a.destructive_hint, a.idempotent_hint)
+    };
+    assert_eq!(hints(0), (Some(true), Some(false), Some(true)));
+    assert_eq!(hints(1), (Some(false), Some(true), Some(true)));
+    assert_eq!(hints(2), (Some(false), Some(true), Some(true)));
+    assert_eq!(
+        tools[1].description.as_deref(),
+        Some("Charges a card, once per order.")
+    );
+    assert_eq!(
+        tools[1].input_schema["required"],
+        json!(["order_id", "cents"])
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_repeated_call_is_replayed_and_other_runs_are_other_operations() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    let bank = Arc::new(Bank::default());
+    let client = connect(server(&rt, &bank)).await;
+    let args = json!({ "order_id": 7, "cents": 500 });
+    let first = client
+        .call_tool(call("Bank.charge", args.clone(), run("r1")))
+        .await
+        .unwrap();
+    assert_eq!(first.is_error, Some(false));
+    let again = client
+        .call_tool(call("Bank.charge", args.clone(), run("r1")))
+        .await
+        .unwrap();
+    assert_eq!(structured(&first), structured(&again));
+    assert_eq!(bank.charges.load(Ordering::SeqCst), 1);
+    // A scope is a deliberate second operation; another run is another.
+    let scoped = json!({ "idem/run": "r1", "idem/scope": "second" });
+    client
+        .call_tool(call("Bank.charge", args.clone(), Some(scoped)))
+        .await
+        .unwrap();
+    client
+        .call_tool(call("Bank.charge", args.clone(), run("r2")))
+        .await
+        .unwrap();
+    assert_eq!(bank.charges.load(Ordering::SeqCst), 3);
+    // A non-object result comes wrapped.
+    let balance = client
+        .call_tool(call("Bank.balance", json!({ "account": "abc" }), run("r1")))
+        .await
+        .unwrap();
+    assert_eq!(structured(&balance), &json!({ "result": 300 }));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn idem_errors_are_error_results_that_say_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    let bank = Arc::new(Bank::default());
+    let client = connect(server(&rt, &bank)).await;
+    let wire = json!({ "transfer_id": "t-1", "cents": 900 });
+
+    let no_run = client
+        .call_tool(call("Bank.wire", wire.clone(), None))
+        .await
+        .unwrap();
+    assert_eq!(no_run.is_error, Some(true));
+    assert_eq!(structured(&no_run)["error"], "no_run_identity");
+    assert_eq!(
+        bank.wires.load(Ordering::SeqCst),
+        0,
+        "refused before running"
+    );
+
+    for _ in 0..2 {
+        let escalated = client
+            .call_tool(call("Bank.wire", wire.clone(), run("payout")))
+            .await
+            .unwrap();
+        assert_eq!(escalated.is_error, Some(true));
+        let s = structured(&escalated);
+        assert_eq!(s["error"], "escalated");
+        assert_eq!(s["tool"], "Bank::wire");
+        assert!(
+            s["key"].as_str().unwrap().ends_with("-g0"),
+            "the provider-facing key: {s}"
+        );
+        assert!(s["advice"]
+            .as_str()
+            .unwrap()
+            .starts_with("Wait for an operator"));
+    }
+    assert_eq!(bank.wires.load(Ordering::SeqCst), 1, "never re-sent");
+
+    let charge = |cents: u64| {
+        call(
+            "Bank.charge",
+            json!({ "order_id": 1, "cents": cents }),
+            run("r"),
+        )
+    };
+    client.call_tool(charge(100)).await.unwrap();
+    let drift = client.call_tool(charge(999)).await.unwrap();
+    assert_eq!(structured(&drift)["error"], "args_mismatch");
+
+    let bad = client
+        .call_tool(call(
+            "Bank.charge",
+            json!({ "order_id": -1, "cents": 1 }),
+            run("r"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(structured(&bad)["error"], "invalid_arguments");
+    assert_eq!(structured(&bad)["argument"], "order_id");
+
+    let unknown = client
+        .call_tool(call("Bank.refund", json!({}), run("r")))
+        .await
+        .unwrap_err();
+    assert!(
+        unknown.to_string().contains("no tool named `Bank.refund`"),
+        "{unknown}"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_resolver_gives_the_run_when_meta_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    let bank = Arc::new(Bank::default());
+    let server = server(&rt, &bank).with_resolver(|call| {
+        // One run per order, from the arguments.
+        let order = call.arguments.get("order_id")?.as_u64()?;
+        Some(RunIdentity::new(format!("order-{order}")))
+    });
+    let client = connect(server).await;
+    let args = json!({ "order_id": 5, "cents": 10 });
+    let first = client
+        .call_tool(call("Bank.charge", args.clone(), None))
+        .await
+        .unwrap();
+    let key = structured(&first)["key"].clone();
+    // Same run through _meta: the same operation, replayed.
+    let again = client
+        .call_tool(call("Bank.charge", args, run("order-5")))
+        .await
+        .unwrap();
+    assert_eq!(structured(&again)["key"], key);
+    assert_eq!(bank.charges.load(Ordering::SeqCst), 1);
+    // The resolver declines: refused as without one.
+    let none = client
+        .call_tool(call("Bank.balance", json!({ "account": "a" }), None))
+        .await
+        .unwrap();
+    assert_eq!(structured(&none)["error"], "no_run_identity");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn streamable_http_serves_the_same_tools() {
+    use idem_mcp::rmcp::transport::StreamableHttpClientTransport;
+
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    let bank = Arc::new(Bank::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = idem_mcp::CancellationToken::new();
+    let serving = tokio::spawn(server(&rt, &bank).serve_http(listener, shutdown.clone()));
+
+    let transport = StreamableHttpClientTransport::from_uri(format!("http://{addr}/mcp"));
+    let client = ().serve(transport).await.unwrap();
+    assert_eq!(client.list_all_tools().await.unwrap().len(), 3);
+    let args = json!({ "order_id": 9, "cents": 1 });
+    for _ in 0..2 {
+        let r = client
+            .call_tool(call("Bank.charge", args.clone(), run("http")))
+            .await
+            .unwrap();
+        assert_eq!(structured(&r)["order_id"], 9);
+    }
+    assert_eq!(bank.charges.load(Ordering::SeqCst), 1);
+    client.cancel().await.unwrap();
+    shutdown.cancel();
+    serving.await.unwrap().unwrap();
+}
