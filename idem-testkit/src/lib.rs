@@ -47,12 +47,14 @@ mod addrs;
 mod client;
 mod clock;
 mod email;
+pub mod engine;
 mod error;
 mod faults;
 mod http;
 mod journal;
 mod ledger;
 mod payments;
+pub mod pg;
 #[cfg(feature = "powercut")]
 pub mod powercut;
 mod providers;
