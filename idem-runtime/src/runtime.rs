@@ -260,8 +260,8 @@ impl RuntimeBuilder {
                     .into(),
             ));
         }
-        let journal = crate::journal::PostgresJournal::connect_with(&url, &self.postgres_options)
-            .await?;
+        let journal =
+            crate::journal::PostgresJournal::connect_with(&url, &self.postgres_options).await?;
         self.journal = Some(Arc::new(journal));
         self.open()
     }

@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 
 #[allow(unused_imports)]
 use idem_runtime::__private::{self, Capture, CaptureOpaque as _, CaptureSerialize as _};
-use tokio::sync::watch;
 use idem_runtime::{
     Args, Class, Classify, Ctx, Failure, IdemKey, OnDrift, RetryPolicy, Runtime, ToolDescriptor,
     ToolError, Verdict,
 };
+use tokio::sync::watch;
 
 /// The tool error of the scripted provider.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -46,6 +46,7 @@
 mod addrs;
 mod client;
 mod clock;
+pub mod conformance;
 mod email;
 pub mod engine;
 mod error;
@@ -72,7 +73,7 @@ pub use email::{EmailClient, EmailMessage, EmailOp, SentMessage, KEY_HEADER};
 pub use error::{ApiError, ProviderError};
 pub use faults::{Chaos, Fault, FaultControl, Gate, Stage};
 pub use http::HttpResponse;
-pub use journal::{overwrite_record, FaultyJournal, MemJournal, StorageFault};
+pub use journal::{overwrite_record, FaultyJournal, MemJournal, ProcessView, StorageFault};
 pub use ledger::{Duplicate, Effect};
 pub use payments::{
     Charge, ChargeOutcome, ChargeRecord, ChargeRequest, OrderId, PaymentsClient, PaymentsConfig,

@@ -141,10 +141,7 @@ impl PgServer {
         };
         if let Some(user) = user {
             let mut chown = Command::new("chown");
-            chown
-                .arg("-R")
-                .arg(format!("{user}:"))
-                .arg(&server.root);
+            chown.arg("-R").arg(format!("{user}:")).arg(&server.root);
             run(chown, "chown the server's directory")?;
         }
         server.start_watchdog()?;
@@ -225,7 +222,9 @@ impl PgServer {
 
     fn stop_command_line(&self) -> String {
         let pg_ctl = self.bin.join("pg_ctl");
-        let runas = self.user.map_or(String::new(), |u| format!("runuser -u {u} -- "));
+        let runas = self
+            .user
+            .map_or(String::new(), |u| format!("runuser -u {u} -- "));
         format!(
             "{runas}'{}' -D '{}' stop -m immediate -w",
             pg_ctl.display(),
@@ -259,7 +258,14 @@ impl PgServer {
         let mut c = Command::new(self.bin.join("createdb"));
         c.arg("-h")
             .arg(&self.socket)
-            .args(["-p", &self.port.to_string(), "-U", "postgres", "-T", "template0"])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-T",
+                "template0",
+            ])
             .arg(&name);
         run(c, "createdb")?;
         Ok(self.url(&name))

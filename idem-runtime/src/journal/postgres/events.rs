@@ -79,6 +79,7 @@ impl PostgresJournal {
             self.async_pending.store(true, Ordering::SeqCst);
         }
         let seqs: Vec<i64> = row.get(0);
+        self.wrote(&seqs);
         Ok(seqs.into_iter().map(|s| s as u64).collect())
     }
 
@@ -138,7 +139,10 @@ impl PostgresJournal {
     /// Makes sure every row about to be handed out is durable.
     async fn made_durable(&self, rows: &[(u64, Vec<u8>, bool)]) -> Result<(), Error> {
         let floor = self.durable_floor.load(Ordering::SeqCst);
-        if rows.iter().any(|(seq, _, durable)| !durable && *seq >= floor) {
+        if rows
+            .iter()
+            .any(|(seq, _, durable)| !durable && *seq >= floor)
+        {
             // Every row read was committed before the barrier's snapshot.
             self.barrier().await?;
         }

@@ -176,7 +176,10 @@ mod tests {
     #[test]
     fn payloads_round_trip() {
         let key = [0xab; 32];
-        assert_eq!(parse(&payload(Space::Steps, &key)), Some((Space::Steps, key)));
+        assert_eq!(
+            parse(&payload(Space::Steps, &key)),
+            Some((Space::Steps, key))
+        );
         assert_eq!(parse("ops:zz"), None);
         assert_eq!(parse("nope:00"), None);
     }

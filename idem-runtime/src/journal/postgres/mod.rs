@@ -103,6 +103,8 @@ pub struct PostgresJournal {
     async_pending: AtomicBool,
     /// Every visible event below this sequence number is known durable.
     durable_floor: AtomicU64,
+    /// The highest sequence number this process's writes were given.
+    last_seq: AtomicU64,
 }
 
 impl std::fmt::Debug for PostgresJournal {
@@ -320,6 +322,7 @@ impl PostgresJournal {
             barrier_slot: std::process::id() as i32,
             async_pending: AtomicBool::new(false),
             durable_floor: AtomicU64::new(0),
+            last_seq: AtomicU64::new(0),
         })
     }
 
@@ -433,11 +436,49 @@ impl PostgresJournal {
             self.async_pending.store(true, Ordering::SeqCst);
         }
         let seqs: Vec<i64> = row.get(2);
+        self.wrote(&seqs);
         Ok(Written::Done {
             version: row.get::<_, i64>(0) as u64,
             epoch: row.get::<_, i64>(1) as u64,
             seqs: seqs.into_iter().map(|s| s as u64).collect(),
         })
+    }
+
+    /// Remembers the sequence numbers a write was given.
+    fn wrote(&self, seqs: &[i64]) {
+        if let Some(max) = seqs.iter().max() {
+            self.last_seq.fetch_max(*max as u64, Ordering::SeqCst);
+        }
+    }
+
+    /// Waits until this process's events are all below the readers'
+    /// horizon: every transaction that started before its last write has
+    /// ended (they may be other sessions', in other databases too: the
+    /// horizon is the cluster's oldest running transaction). Bounded: a
+    /// transaction that stays open for long delays the stream's readers,
+    /// never its order; `sync` then returns and its events show up later.
+    async fn wait_readable(&self, mut horizon: u64) -> Result<(), Error> {
+        let last = self.last_seq.load(Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut pause = Duration::from_millis(1);
+        while horizon <= last {
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(target: "idem::journal", location = %self.location, "a long-running transaction holds back the audit stream's readers");
+                return Ok(());
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+            let client = self.client().await?;
+            horizon = client
+                .query_one(
+                    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 16",
+                    &[],
+                )
+                .await
+                .map_err(pg("read the transaction horizon", &self.location))?
+                .get::<_, i64>(0) as u64;
+        }
+        Ok(())
     }
 
     /// Makes every asynchronously committed transaction so far durable: a
@@ -681,7 +722,11 @@ impl Journal for PostgresJournal {
                         "SELECT key, {RECORD_COLUMNS} FROM idem_records
                          WHERE space = $1 AND key > $2 ORDER BY key LIMIT $3"
                     ),
-                    &[&space_id(space), &after, &(limit.min(i64::MAX as usize) as i64)],
+                    &[
+                        &space_id(space),
+                        &after,
+                        &(limit.min(i64::MAX as usize) as i64),
+                    ],
                 )
                 .await
                 .map_err(pg("scan records", &self.location))?;
@@ -712,13 +757,19 @@ impl Journal for PostgresJournal {
 
     fn sync(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
+            let mut horizon = 0;
             if self.async_pending.swap(false, Ordering::SeqCst) {
-                if let Err(e) = self.barrier().await {
-                    self.async_pending.store(true, Ordering::SeqCst);
-                    return Err(e);
+                match self.barrier().await {
+                    Ok(h) => horizon = h,
+                    Err(e) => {
+                        self.async_pending.store(true, Ordering::SeqCst);
+                        return Err(e);
+                    }
                 }
             }
-            Ok(())
+            // What this process wrote is durable; make it readable too, so
+            // that `Runtime::audit` after a call sees the call's events.
+            self.wait_readable(horizon).await
         })
     }
 
