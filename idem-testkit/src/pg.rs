@@ -251,6 +251,13 @@ impl PgServer {
         )
     }
 
+    /// The database name in a URL made by [`PgServer::url`].
+    pub fn database_of(url: &str) -> &str {
+        url.split_once("@/")
+            .and_then(|(_, rest)| rest.split('?').next())
+            .unwrap_or("")
+    }
+
     /// Creates a new, empty database and returns its URL.
     pub fn create_database(&self) -> io::Result<String> {
         let n = self.databases.fetch_add(1, Ordering::SeqCst);

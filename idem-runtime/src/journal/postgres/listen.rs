@@ -114,9 +114,10 @@ impl Listener {
                 return;
             }
             listening = true;
-            self.connected.store(true, Ordering::SeqCst);
-            // Whatever changed while nobody listened: everyone re-reads.
+            // Whatever changed while nobody listened: everyone waiting now
+            // re-reads; who subscribes from here on hears every change.
             let _ = self.tx.send(None);
+            self.connected.store(true, Ordering::SeqCst);
             loop {
                 if measure_offset(&client, clock).await.is_err() {
                     return;

@@ -349,6 +349,12 @@ impl PostgresJournal {
         &self.options
     }
 
+    /// Whether notifications from other processes are being received now
+    /// (the listening connection is up); waiters poll while it is not.
+    pub fn listening(&self) -> bool {
+        self.listener.connected()
+    }
+
     /// The database's clock as this process sees it.
     pub fn db_clock(&self) -> &Arc<DbClock> {
         &self.clock
@@ -510,7 +516,9 @@ impl PostgresJournal {
         let mut changes = self.listener.subscribe();
         let poll = if self.listener.connected() {
             // Notifications arrive; polling only covers a lost one.
-            (self.options.lease / 3).clamp(self.options.poll, Duration::from_secs(2))
+            (self.options.lease / 3)
+                .min(Duration::from_secs(2))
+                .max(self.options.poll)
         } else {
             self.options.poll
         };
@@ -520,7 +528,8 @@ impl PostgresJournal {
         if let Ok(client) = self.client().await {
             let row = client
                 .query_opt(
-                    "SELECT version, greatest(0, extract(epoch FROM (lease_until - clock_timestamp())) * 1000)::float8
+                    "SELECT version, CASE WHEN lease_until IS NOT NULL THEN
+                         greatest(0, extract(epoch FROM (lease_until - clock_timestamp())) * 1000)::float8 END
                      FROM idem_records WHERE space = $1 AND key = $2",
                     &[&space_id(space), &&key[..]],
                 )
