@@ -216,6 +216,9 @@ pub struct Config {
     pub db_restart_every: u64,
     /// Multi-worker mode: the workers' lease.
     pub lease: Duration,
+    /// Multi-worker mode: after the first wave, every worker is paused past
+    /// its lease (the stale-owner test) instead of a random plan.
+    pub pauses_only: bool,
 }
 
 /// The journal backend of a torture run.
@@ -246,6 +249,7 @@ impl Config {
             workers: 1,
             db_restart_every: 6,
             lease: Duration::from_millis(1000),
+            pauses_only: false,
         }
     }
 

@@ -73,6 +73,9 @@ impl Round<'_> {
             return Plan::Alone;
         };
         let micros = span.as_micros() as u64;
+        if self.config.pauses_only {
+            return Plan::Pause(Duration::from_micros(self.rng.below(micros / 2 + 1)));
+        }
         let u = self.rng.next_f64();
         if u < 0.15 {
             Plan::Alone
