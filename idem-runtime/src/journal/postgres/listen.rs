@@ -58,16 +58,20 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// A listener and the task that keeps its connection; the task ends
-    /// when the listener is dropped.
-    pub fn start(config: tokio_postgres::Config, clock: Arc<DbClock>) -> Arc<Listener> {
+    /// A listener and the task that keeps its connection (abort it to stop
+    /// listening; it also ends once the listener is dropped and its
+    /// connection fails).
+    pub fn start(
+        config: tokio_postgres::Config,
+        clock: Arc<DbClock>,
+    ) -> (Arc<Listener>, tokio::task::JoinHandle<()>) {
         let (tx, _) = broadcast::channel(1024);
         let listener = Arc::new(Listener {
             tx,
             connected: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&listener);
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let mut backoff = Duration::from_millis(20);
             loop {
                 let Some(this) = weak.upgrade() else { return };
@@ -82,7 +86,7 @@ impl Listener {
                 tokio::time::sleep(backoff).await;
             }
         });
-        listener
+        (listener, task)
     }
 
     /// One connection's life; true if it got as far as listening.

@@ -97,6 +97,8 @@ pub struct PostgresJournal {
     options: PostgresOptions,
     clock: Arc<DbClock>,
     listener: Arc<listen::Listener>,
+    /// The listening connection's task, stopped with the journal.
+    listening: tokio::task::JoinHandle<()>,
     /// This process's row of `idem_barrier`.
     barrier_slot: i32,
     /// An asynchronously committed write returned since the last barrier.
@@ -311,7 +313,7 @@ impl PostgresJournal {
                 .await
                 .map_err(pg("read the database's clock", &location))?;
         }
-        let listener = listen::Listener::start(config, clock.clone());
+        let (listener, listening) = listen::Listener::start(config, clock.clone());
         Ok(PostgresJournal {
             pool,
             local: Local::default(),
@@ -319,6 +321,7 @@ impl PostgresJournal {
             options: options.clone(),
             clock,
             listener,
+            listening,
             barrier_slot: std::process::id() as i32,
             async_pending: AtomicBool::new(false),
             durable_floor: AtomicU64::new(0),
@@ -556,6 +559,12 @@ impl PostgresJournal {
             }
         };
         let _ = tokio::time::timeout(wait, heard).await;
+    }
+}
+
+impl Drop for PostgresJournal {
+    fn drop(&mut self) {
+        self.listening.abort();
     }
 }
 
