@@ -210,11 +210,15 @@ impl PgServer {
             pid = std::process::id(),
             root = self.root.display(),
         );
+        use std::os::unix::process::CommandExt as _;
         let child = Command::new("sh")
             .args(["-c", &script])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            // Its own process group: a kill of ours (a terminal's ^C, a
+            // harness killing a test's group) leaves it to clean up.
+            .process_group(0)
             .spawn()?;
         *self.watchdog.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
         Ok(())
