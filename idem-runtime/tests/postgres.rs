@@ -327,3 +327,54 @@ async fn a_database_crash_mid_call_fails_closed_and_the_next_call_recovers() {
         idem_runtime::EventKind::Committed { via, .. } if via == "verify"
     )));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_claims_are_listed_and_rows_being_written_are_skipped() {
+    let url = PgServer::shared().create_database().unwrap();
+    let short = options(Duration::from_millis(50), Duration::from_millis(10));
+    let j = PostgresJournal::connect_with(&url, &short).await.unwrap();
+    let dead = Owner {
+        worker: Arc::from("dead"),
+        incarnation: 1,
+    };
+    j.write(put(Expect::Absent, b"intent", ClaimChange::Take(&dead)))
+        .await
+        .unwrap();
+    let other = [8u8; 32];
+    j.write(Write {
+        key: &other,
+        ..put(Expect::Absent, b"done", ClaimChange::Release)
+    })
+    .await
+    .unwrap();
+    while j
+        .load(Space::Ops, &K)
+        .await
+        .unwrap()
+        .unwrap()
+        .claim
+        .unwrap()
+        .live
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let expired = j.expired_claims(Space::Ops, 10).await.unwrap();
+    assert_eq!(expired.len(), 1, "only the claimed record");
+    assert_eq!(expired[0].0, K);
+    assert_eq!(expired[0].1.claim.as_ref().unwrap().owner, dead);
+    // A writer holds the row: the sweep skips it instead of waiting.
+    let mut raw = raw(&url).await;
+    let tx = raw.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM idem_records WHERE key = $1 FOR UPDATE",
+        &[&&K[..]],
+    )
+    .await
+    .unwrap();
+    let expired = tokio::time::timeout(Duration::from_secs(20), j.expired_claims(Space::Ops, 10))
+        .await
+        .expect("not blocked by the writer")
+        .unwrap();
+    assert!(expired.is_empty(), "{expired:?}");
+    tx.rollback().await.unwrap();
+}
