@@ -261,6 +261,11 @@ impl Round<'_> {
             summary.faults += p.values().sum::<u64>();
         }
         providers.shutdown().await;
+        if checked.is_ok() {
+            // A long run makes hundreds of databases; only a failed round's
+            // is kept for a post-mortem.
+            let _ = server.drop_database(&url);
+        }
         checked.map_err(|problems| {
             format!(
                 "{problems}\ndatabase {url} (kept until the run ends)\nhistory: {}",

@@ -282,6 +282,17 @@ impl PgServer {
         Ok(self.url(&name))
     }
 
+    /// Drops the database of a URL made by [`PgServer::url`] (its sessions
+    /// are ended first).
+    pub fn drop_database(&self, url: &str) -> io::Result<()> {
+        let name = PgServer::database_of(url);
+        self.psql(
+            "postgres",
+            &format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"),
+        )
+        .map(drop)
+    }
+
     /// Runs SQL through `psql` in database `db`; returns its unaligned
     /// output.
     pub fn psql(&self, db: &str, sql: &str) -> io::Result<String> {
