@@ -400,14 +400,36 @@ fn postgres_bench() {
         for i in 0..200i64 {
             client.execute(&insert, &[&(-i - 1), &body]).await.expect("warm-up");
         }
-        let mut samples = Vec::new();
-        for i in 0..3000i64 {
+        let rt = Runtime::builder()
+            .postgres(url.as_str())
+            .worker_id("bench")
+            .postgres_options(idem::PostgresOptions {
+                pool_size: 64,
+                ..idem::PostgresOptions::default()
+            })
+            .connect()
+            .await
+            .expect("connect the journal");
+        let ctx = rt.run("bench");
+        fresh_calls(&ctx, 10_000_000..10_000_200).await;
+        // The floor and the fresh call, sample by sample in turn: this
+        // disk's latency drifts, and both must see the same.
+        let seq = 2000u64;
+        let mut floor_samples = Vec::new();
+        let mut fresh_samples = Vec::new();
+        for i in 0..seq {
             let t = Instant::now();
-            client.execute(&insert, &[&i, &body]).await.expect("commit");
-            samples.push(t.elapsed());
+            client.execute(&insert, &[&(i as i64), &body]).await.expect("commit");
+            floor_samples.push(t.elapsed());
+            fresh_samples.extend(fresh_calls(&ctx, i..i + 1).await);
         }
-        let commit = summarize(samples);
+        let commit = summarize(floor_samples);
         line("single-row commit (the floor's unit)", &commit);
+        let seq_secs: f64 = fresh_samples.iter().map(Duration::as_secs_f64).sum();
+        let fresh = summarize(fresh_samples);
+        line("fresh provider call (INTENT + COMMIT)", &fresh);
+        let replay = replays(&ctx, seq, 5000, 1).await;
+        line("replay of a committed result (uncached)", &replay);
 
         // The server's ceiling: 64 connections committing at once.
         let mut handles = Vec::new();
@@ -442,25 +464,6 @@ fn postgres_bench() {
             "64 connections, single-row commits"
         );
 
-        let rt = Runtime::builder()
-            .postgres(url.as_str())
-            .worker_id("bench")
-            .postgres_options(idem::PostgresOptions {
-                pool_size: 64,
-                ..idem::PostgresOptions::default()
-            })
-            .connect()
-            .await
-            .expect("connect the journal");
-        let ctx = rt.run("bench");
-        fresh_calls(&ctx, 10_000_000..10_000_200).await;
-        let seq = 2000;
-        let fresh_samples = fresh_calls(&ctx, 0..seq).await;
-        let seq_secs: f64 = fresh_samples.iter().map(Duration::as_secs_f64).sum();
-        let fresh = summarize(fresh_samples);
-        line("fresh provider call (INTENT + COMMIT)", &fresh);
-        let replay = replays(&ctx, seq, 5000, 1).await;
-        line("replay of a committed result (uncached)", &replay);
         let conc = concurrent(&ctx, 64, 100, 1_000_000_000).await;
         let seq_rate = seq as f64 / seq_secs;
         println!(

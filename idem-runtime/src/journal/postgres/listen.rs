@@ -1,6 +1,14 @@
-//! LISTEN/NOTIFY: every write that changes a record notifies the channel
-//! [`CHANNEL`] in its own transaction (so the notification is delivered at
-//! commit, to every process), with the record's space and key as payload.
+//! LISTEN/NOTIFY: a write of a record that a worker waits for notifies the
+//! channel [`CHANNEL`] in its own transaction (so the notification is
+//! delivered at commit, to every process), with the record's space and key
+//! as payload.
+//!
+//! Only those writes: PostgreSQL serializes the commits of notifying
+//! transactions (a database-wide lock from pre-commit until the commit is
+//! flushed), which would undo its group commit if every write notified. So
+//! a waiter first marks the record `watched` (in the statement that checks
+//! its version; a row lock orders it against a concurrent writer, which
+//! then sees the mark), and writers notify only for watched records.
 //! One connection per journal listens and fans the notifications out to
 //! the waiters of this process; the same connection measures the clock
 //! offset now and then.

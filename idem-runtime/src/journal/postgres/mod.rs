@@ -20,10 +20,11 @@
 //! - **fencing**: a takeover is a write like any other (conditional on the
 //!   version it saw, `epoch + 1`), so every later write of the stale owner
 //!   fails its condition and changes nothing.
-//! - **waking waiters** in other processes: each write `NOTIFY`s in its
-//!   transaction; a listening connection per journal wakes this process's
-//!   waiters (`listen.rs`), with polling as the fallback and a wake-up at
-//!   the lease's expiry (a dead driver writes nothing).
+//! - **waking waiters** in other processes: a write of a record someone
+//!   waits for `NOTIFY`s in its transaction; a listening connection per
+//!   journal wakes this process's waiters (`listen.rs`, which also says why
+//!   not every write notifies), with polling as the fallback and a wake-up
+//!   at the lease's expiry (a dead driver writes nothing).
 //! - **durability**: [`Durability::Immediate`] writes commit synchronously
 //!   (PostgreSQL's own group commit shares the WAL flush between concurrent
 //!   committers); [`Durability::Eventual`] writes commit with
@@ -213,9 +214,11 @@ const WRITE_TAIL: &str = "
     SELECT (pg_current_xact_id()::text::bigint << 16) + e.ord, e.k, $12::boolean, e.b
     FROM rec, unnest($10::bytea[], $11::bytea[]) WITH ORDINALITY AS e(k, b, ord)
     RETURNING seq
+), n AS (
+    SELECT pg_notify('idem_changed', $13::text) FROM rec WHERE rec.watched
 )
 SELECT rec.version, rec.epoch, ARRAY(SELECT seq FROM ev ORDER BY seq),
-       pg_notify('idem_changed', $13::text), set_config('synchronous_commit', $14::text, true)
+       (SELECT count(*) FROM n), set_config('synchronous_commit', $14::text, true)
 FROM rec";
 
 /// A write conditional on the record's version.
@@ -233,7 +236,7 @@ WITH rec AS (
                 THEN greatest(lease_until, clock_timestamp() + $9::float8 * interval '1 millisecond') END
             WHEN 1 THEN clock_timestamp() + $9::float8 * interval '1 millisecond' END
     WHERE space = $1::smallint AND key = $2::bytea AND version = $3::bigint
-    RETURNING version, epoch
+    RETURNING version, epoch, watched
 )";
 
 /// A write of a record that must not exist (`$3` is 0).
@@ -249,7 +252,7 @@ WITH rec AS (
         $5::boolean, $4::bytea
     WHERE $3::bigint = 0
     ON CONFLICT (space, key) DO NOTHING
-    RETURNING version, epoch
+    RETURNING version, epoch, watched
 )";
 
 impl PostgresJournal {
@@ -529,11 +532,26 @@ impl PostgresJournal {
         // load and now goes unnoticed.
         let mut wait = poll;
         if let Ok(client) = self.client().await {
+            // Marks the record watched (so its next write notifies) unless
+            // it is, and reads its version: the update's when it made one
+            // (it waited for any concurrent writer and saw its version),
+            // else the snapshot's (the mark was there before it: a writer
+            // since then notifies).
             let row = client
                 .query_opt(
-                    "SELECT version, CASE WHEN lease_until IS NOT NULL THEN
-                         greatest(0, extract(epoch FROM (lease_until - clock_timestamp())) * 1000)::float8 END
-                     FROM idem_records WHERE space = $1 AND key = $2",
+                    "WITH cur AS (
+                        SELECT version, CASE WHEN lease_until IS NOT NULL THEN
+                            greatest(0, extract(epoch FROM (lease_until - clock_timestamp())) * 1000)::float8
+                            END AS ms
+                        FROM idem_records WHERE space = $1 AND key = $2
+                     ), upd AS (
+                        UPDATE idem_records SET watched = true
+                        WHERE space = $1 AND key = $2 AND NOT watched
+                        RETURNING version
+                     )
+                     SELECT coalesce((SELECT version FROM upd), cur.version), cur.ms,
+                            set_config('synchronous_commit', 'off', true)
+                     FROM cur",
                     &[&space_id(space), &&key[..]],
                 )
                 .await;

@@ -23,7 +23,8 @@ const MIGRATION_LOCK: i64 = 0x6964_656d;
 ///   so a removed and re-created record never reuses one (no ABA for a
 ///   writer holding an old version); `epoch` counts takeovers (the fencing
 ///   token); the claim is `owner_worker`/`owner_incarnation` with its lease
-///   `lease_until`, on the database's clock.
+///   `lease_until`, on the database's clock; `watched` says that a worker
+///   once waited for the record, so its writes notify (see `listen.rs`).
 /// - `idem_events`: the audit stream. `seq` is the inserting transaction's
 ///   id shifted left 16 bits plus the event's index in it, which makes
 ///   sequence order transaction-id order: see `events.rs` for why that
@@ -48,6 +49,7 @@ CREATE TABLE IF NOT EXISTS idem_records (
     owner_incarnation bigint,
     lease_until timestamptz,
     escalated boolean NOT NULL,
+    watched boolean NOT NULL DEFAULT false,
     body bytea NOT NULL,
     PRIMARY KEY (space, key)
 );
