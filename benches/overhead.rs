@@ -19,6 +19,10 @@
 //!   open checks all of sled's content against the recorded digest), and
 //!   how long retention takes to prune it.
 //!
+//! With `--postgres` (`cargo bench --bench overhead -- --postgres`) it
+//! measures the PostgreSQL journal instead (DESIGN.md §12), on a local
+//! throwaway server with fsync on: see `postgres_bench`.
+//!
 //! Run with `cargo bench --bench overhead`. `IDEM_BENCH_RECORDS` sets the
 //! scale (default 1000000); `IDEM_BENCH_DIR` where the journal lives
 //! (default: a temporary directory under `target/`).
@@ -238,6 +242,10 @@ fn bench_dir() -> PathBuf {
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "--postgres") {
+        postgres_bench();
+        return;
+    }
     let records: u64 = std::env::var("IDEM_BENCH_RECORDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -459,6 +467,159 @@ fn main() {
             report.events_removed,
             t.elapsed().as_secs_f64(),
             report.ops_kept_open
+        );
+        drop(ctx);
+        drop(rt);
+    });
+}
+
+/// The PostgreSQL journal against the server's own floor, in one run on one
+/// local server (fsync on, unix socket):
+///
+/// - a single-row commit on a plain connection (autocommit `INSERT`): two
+///   of them are what a durable call cannot avoid (INTENT, COMMIT);
+/// - the server's ceiling: 64 plain connections committing single rows at
+///   once (what pgbench's simple-update test measures);
+/// - a fresh journaled call of a no-op provider tool (target: p50 within
+///   1.5 x two single-row commits);
+/// - a replay of a committed result, uncached (a round trip for the
+///   record, one for its dedupe-hit event, committed asynchronously);
+/// - 64 concurrent fresh calls against sequential ones, and against half
+///   the server's ceiling (target: at least 80 % of it).
+fn postgres_bench() {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let server = idem_testkit::pg::PgServer::start_with(&idem_testkit::pg::PgServerOptions {
+        fsync: true,
+        max_connections: 200,
+    })
+    .expect("start a PostgreSQL server (Debian's postgresql package)");
+    let url = server.create_database().expect("a database");
+    println!("idem PostgreSQL benchmark");
+    println!(
+        "machine: {} cores; local PostgreSQL, fsync on, unix socket {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        server.socket_dir().display()
+    );
+    println!();
+    tokio.block_on(async {
+        // The floor: single-row commits on a plain connection.
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(connection);
+        client
+            .batch_execute("CREATE TABLE floor (id bigint PRIMARY KEY, body bytea NOT NULL)")
+            .await
+            .expect("floor table");
+        let insert = client
+            .prepare("INSERT INTO floor VALUES ($1, $2)")
+            .await
+            .expect("prepare");
+        let body = vec![0xA5u8; 128];
+        for i in 0..200i64 {
+            client.execute(&insert, &[&(-i - 1), &body]).await.expect("warm-up");
+        }
+        let rt = Runtime::builder()
+            .postgres(url.as_str())
+            .worker_id("bench")
+            // Replays measured against the database, not the in-memory
+            // cache of recent results (the sled benchmark shows that).
+            .replay_cache(0)
+            .postgres_options(idem::PostgresOptions {
+                pool_size: 64,
+                ..idem::PostgresOptions::default()
+            })
+            .connect()
+            .await
+            .expect("connect the journal");
+        let ctx = rt.run("bench");
+        fresh_calls(&ctx, 10_000_000..10_000_200).await;
+        // The floor and the fresh call, sample by sample in turn: this
+        // disk's latency drifts, and both must see the same.
+        let seq = 2000u64;
+        let mut floor_samples = Vec::new();
+        let mut fresh_samples = Vec::new();
+        for i in 0..seq {
+            let t = Instant::now();
+            client.execute(&insert, &[&(i as i64), &body]).await.expect("commit");
+            floor_samples.push(t.elapsed());
+            fresh_samples.extend(fresh_calls(&ctx, i..i + 1).await);
+        }
+        let commit = summarize(floor_samples);
+        line("single-row commit (the floor's unit)", &commit);
+        let seq_secs: f64 = fresh_samples.iter().map(Duration::as_secs_f64).sum();
+        let fresh = summarize(fresh_samples);
+        line("fresh provider call (INTENT + COMMIT)", &fresh);
+        let mut committed = Committed::default();
+        committed.add(0..seq);
+        let replay = replays(&ctx, &committed, 5000, 1).await;
+        line("replay of a committed result (uncached)", &replay);
+
+        // The server's ceiling: 64 connections committing at once.
+        let mut handles = Vec::new();
+        let started = Instant::now();
+        let per = 150i64;
+        for c in 0..64i64 {
+            let url = url.clone();
+            let body = body.clone();
+            handles.push(tokio::spawn(async move {
+                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connect");
+                tokio::spawn(connection);
+                let insert = client
+                    .prepare("INSERT INTO floor VALUES ($1, $2)")
+                    .await
+                    .expect("prepare");
+                for i in 0..per {
+                    client
+                        .execute(&insert, &[&(1_000_000 + c * per + i), &body])
+                        .await
+                        .expect("commit");
+                }
+            }));
+        }
+        for h in handles {
+            h.await.expect("client");
+        }
+        let ceiling = (64 * per) as f64 / started.elapsed().as_secs_f64();
+        println!(
+            "{:<44} {ceiling:>9.0} commits/s",
+            "64 connections, single-row commits"
+        );
+
+        let conc = concurrent(&ctx, 64, 100, 1_000_000_000).await;
+        let seq_rate = seq as f64 / seq_secs;
+        println!(
+            "{:<44} {conc:>9.0} calls/s (sequential: {seq_rate:.0} calls/s)",
+            "64 concurrent tasks, fresh calls"
+        );
+
+        println!();
+        println!("ratios (DESIGN.md §12 targets in brackets)");
+        let two = 2.0 * us(commit.p50);
+        println!(
+            "  fresh p50 / (2 x single-row commit p50)  {:>6.2}   [<= 1.5]   ({:.1} us / {:.1} us)",
+            us(fresh.p50) / two,
+            us(fresh.p50),
+            two
+        );
+        println!(
+            "  64 concurrent / (ceiling / 2)            {:>6.2}   [>= 0.8]   ({conc:.0} / {:.0} calls/s)",
+            conc / (ceiling / 2.0),
+            ceiling / 2.0
+        );
+        println!(
+            "  64 concurrent / sequential               {:>6.1}",
+            conc / seq_rate
+        );
+        println!(
+            "  replay p50, uncached                     {:>6.1} us [the target, no round trip, needs the engine's cache of committed results]",
+            us(replay.p50)
         );
         drop(ctx);
         drop(rt);

@@ -35,6 +35,21 @@
 //! first one.
 //! Exits 1 if anything was duplicated, lost or otherwise wrong.
 //!
+//! Multi-worker mode, on PostgreSQL:
+//!
+//! ```text
+//! cargo run --release --example torture -- --backend postgres --workers 4 --kills 2000
+//! ```
+//!
+//! starts a throwaway PostgreSQL server (Debian's `postgresql` binaries)
+//! and, per round, a fresh database that `--workers` worker processes
+//! share, racing the same orders; workers are SIGKILLed, killed at crash
+//! points and paused past their lease (SIGSTOP/SIGCONT), and the database
+//! server is restarted mid-wave (`pg_ctl stop -m immediate`) about once
+//! every `--db-restart-every N` waves (default 6). See
+//! `torture/multi.rs`. The summary line adds `backend=postgres workers=N
+//! db_restarts=R pauses=P`.
+//!
 //! `--dump DIR` prints the audit stream and open escalations of a journal a
 //! failed round left behind (its path is in the violation message).
 
@@ -43,7 +58,7 @@ mod harness;
 #[path = "agent/shop.rs"]
 mod shop;
 
-use harness::{ChaosMode, Config};
+use harness::{Backend, ChaosMode, Config};
 
 fn main() {
     if harness::is_worker() {
@@ -58,7 +73,7 @@ fn main() {
     let config = match parse(args.into_iter()) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{e}\nusage: torture [--kills N | --power-cuts N] [--seed S] [--workflows N] [--concurrency N] [--chaos never|alternate|always] [--keep-going] [--sync-new-journal]");
+            eprintln!("{e}\nusage: torture [--kills N | --power-cuts N] [--backend sled|postgres] [--workers N] [--db-restart-every N] [--seed S] [--workflows N] [--concurrency N] [--chaos never|alternate|always] [--keep-going] [--sync-new-journal]");
             std::process::exit(2);
         }
     };
@@ -109,10 +124,33 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
                     other => return Err(format!("--chaos {other}: never, alternate or always")),
                 }
             }
+            "--backend" => {
+                config.backend = match value("--backend")?.as_str() {
+                    "sled" => Backend::Sled,
+                    "postgres" => Backend::Postgres,
+                    other => return Err(format!("--backend {other}: sled or postgres")),
+                };
+                if config.backend == Backend::Postgres && config.workers < 2 {
+                    config.workers = 4;
+                }
+            }
+            "--workers" => {
+                config.workers = number("--workers", value("--workers")?)?.max(1) as usize
+            }
+            "--db-restart-every" => {
+                config.db_restart_every =
+                    number("--db-restart-every", value("--db-restart-every")?)?.max(1)
+            }
             "--keep-going" => config.stop_on_violation = false,
             "--sync-new-journal" => config.sync_new_journal = true,
             other => return Err(format!("unknown argument {other}")),
         }
+    }
+    if config.workers > 1 && config.backend != Backend::Postgres {
+        return Err("--workers N needs --backend postgres (sled is one process's)".into());
+    }
+    if config.backend == Backend::Postgres && config.power_cuts > 0 {
+        return Err("--power-cuts is a sled mode".into());
     }
     Ok(config)
 }

@@ -96,6 +96,10 @@ use idem_testkit::{
 
 use crate::shop::{self, Moment, Shop, EFFECT_TOOLS};
 
+// The multi-worker mode on PostgreSQL: [`Config::backend`].
+#[path = "multi.rs"]
+mod multi;
+
 /// Set in a worker's environment (to anything).
 pub const WORKER_ENV: &str = "IDEM_TORTURE_WORKER";
 const JOURNAL_ENV: &str = "IDEM_TORTURE_JOURNAL";
@@ -104,6 +108,11 @@ const ORDERS_ENV: &str = "IDEM_TORTURE_ORDERS";
 const PREFIX_ENV: &str = "IDEM_TORTURE_PREFIX";
 const CONCURRENCY_ENV: &str = "IDEM_TORTURE_CONCURRENCY";
 const CRASH_ENV: &str = "IDEM_TORTURE_CRASH";
+/// Multi-worker mode: the PostgreSQL journal's URL, this worker's id and
+/// its lease in ms.
+const POSTGRES_ENV: &str = "IDEM_TORTURE_POSTGRES";
+const WORKER_ID_ENV: &str = "IDEM_TORTURE_WORKER_ID";
+const LEASE_ENV: &str = "IDEM_TORTURE_LEASE_MS";
 /// Set (power-cut mode): each order ends with [`archive_order`].
 const ARCHIVE_ENV: &str = "IDEM_TORTURE_ARCHIVE";
 /// How far (ms) the worker's clock runs ahead of the system clock: the
@@ -224,6 +233,27 @@ pub struct Config {
     /// journal is tested as users create it); on, the failures that remain
     /// are those of a running journal.
     pub sync_new_journal: bool,
+    /// Where the journal lives: sled (one worker at a time), or one
+    /// PostgreSQL database that `workers` worker processes share at once
+    /// (the multi-worker mode, see `multi.rs`).
+    pub backend: Backend,
+    /// Multi-worker mode: worker processes racing the same orders.
+    pub workers: usize,
+    /// Multi-worker mode: on average one wave in this many restarts the
+    /// database server mid-wave (`pg_ctl stop -m immediate`, then start).
+    pub db_restart_every: u64,
+    /// Multi-worker mode: the workers' lease.
+    pub lease: Duration,
+    /// Multi-worker mode: after the first wave, every worker is paused past
+    /// its lease (the stale-owner test) instead of a random plan.
+    pub pauses_only: bool,
+}
+
+/// The journal backend of a torture run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sled,
+    Postgres,
 }
 
 impl Config {
@@ -243,7 +273,26 @@ impl Config {
             stop_on_violation: true,
             power_cuts: 0,
             sync_new_journal: false,
+            backend: Backend::Sled,
+            workers: 1,
+            db_restart_every: 6,
+            lease: Duration::from_millis(1000),
+            pauses_only: false,
         }
+    }
+
+    /// Settings for a multi-worker run on PostgreSQL: `workers` processes,
+    /// `kills` kills.
+    pub fn multi_worker(kills: u64, workers: usize) -> Config {
+        Config {
+            backend: Backend::Postgres,
+            workers: workers.max(1),
+            ..Config::new(kills)
+        }
+    }
+
+    fn multi_worker_mode(&self) -> bool {
+        self.backend == Backend::Postgres
     }
 
     /// Settings for a power-cut run of `cuts` cuts.
@@ -370,6 +419,14 @@ pub struct Summary {
     /// Large results (sled blobs) that replayed intact after the round's
     /// last cut.
     pub large_results: u64,
+    /// Multi-worker mode: the number of worker processes (0: one at a
+    /// time, on sled).
+    pub workers: usize,
+    /// Multi-worker mode: restarts of the database server mid-wave.
+    pub db_restarts: u64,
+    /// Multi-worker mode: workers paused (SIGSTOP) past their lease, then
+    /// continued (SIGCONT) after others could take their calls over.
+    pub pauses: u64,
 }
 
 impl Summary {
@@ -445,7 +502,15 @@ impl fmt::Display for Summary {
             self.verifications,
             self.provider_replays,
             self.elapsed.as_secs_f64()
-        )
+        )?;
+        if self.workers > 0 {
+            write!(
+                f,
+                " backend=postgres workers={} db_restarts={} pauses={}",
+                self.workers, self.db_restarts, self.pauses
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -679,7 +744,11 @@ async fn worker() -> i32 {
         }
     };
 
-    let rt = match open_worker_journal(&journal) {
+    let opened = match std::env::var(POSTGRES_ENV) {
+        Ok(url) => multi::connect_worker(&url).await,
+        Err(_) => open_worker_journal(&journal),
+    };
+    let rt = match opened {
         Ok(rt) => rt,
         Err(e) => {
             status_line(&status, &format!("OPEN-FAILED {e}"));
@@ -825,8 +894,14 @@ impl idem::Clock for ShiftedClock {
 /// retry budget on failures that provably did not land (each new call
 /// starts a fresh budget).
 async fn process(shop: &Shop, ctx: &idem::Ctx, order: u64) -> OrderEnd {
+    // Multi-worker mode: the database may be restarting (a journal error:
+    // the call failed closed) and another worker may hold the operation
+    // (in flight): both pass; try the order again.
+    let multi = std::env::var_os(POSTGRES_ENV).is_some();
     let mut last = String::new();
-    for _ in 0..5 {
+    let mut tries = 0;
+    let mut transient = 0;
+    while tries < 5 {
         match shop.process_order(ctx, order, &mut |_| {}).await {
             Ok(_) => return OrderEnd::Done,
             Err(stopped) => match stopped.error {
@@ -835,9 +910,23 @@ async fn process(shop: &Shop, ctx: &idem::Ctx, order: u64) -> OrderEnd {
                 ToolError::Journal(Error::TimedOut { .. }) => {
                     last = format!("{}: timed out", stopped.tool);
                 }
+                // The shared outcome of a concurrent call of another worker.
+                ToolError::Journal(e @ (Error::Failed { .. } | Error::Rejected { .. }))
+                    if multi =>
+                {
+                    last = format!("{}: {e}", stopped.tool);
+                }
+                ToolError::Journal(Error::Storage { .. }) | ToolError::InFlight { .. }
+                    if multi && transient < 2000 =>
+                {
+                    transient += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
                 other => return OrderEnd::Fatal(format!("{}: {other}", stopped.tool)),
             },
         }
+        tries += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     OrderEnd::Failed(last)
@@ -857,6 +946,9 @@ enum Plan {
     Alone,
     KillAfter(Duration),
     Crash(CrashPoint),
+    /// Multi-worker mode: SIGSTOP after this long, SIGCONT once the lease
+    /// ran out twice over.
+    Pause(Duration),
 }
 
 /// What one of a round's first incarnations is planned to do, until done.
@@ -959,6 +1051,23 @@ async fn run_rounds(
          {unit}, {} orders per round, {} at once",
         config.seed, config.seed, config.workflows, config.concurrency
     ));
+    // Multi-worker mode: one database server for the run, a database per
+    // round.
+    let server = match config.multi_worker_mode() {
+        true => match idem_testkit::pg::PgServer::start() {
+            Ok(s) => {
+                summary.workers = config.workers;
+                Some(s)
+            }
+            Err(e) => {
+                summary
+                    .violations
+                    .push(format!("multi-worker mode needs PostgreSQL: {e}"));
+                return summary;
+            }
+        },
+        false => None,
+    };
     if config.power_cut_mode() {
         if let Err(e) = idem_testkit::powercut::check_fuse() {
             summary
@@ -967,7 +1076,12 @@ async fn run_rounds(
             return summary;
         }
     }
-    let mut coverage = coverage_plan();
+    // The coverage plan is the single-worker modes' (SIGKILL, power cuts):
+    // multi-worker rounds choose their crash points and pauses at random.
+    let mut coverage = match server {
+        Some(_) => Vec::new(),
+        None => coverage_plan(),
+    };
     while (summary.progress() < target || !coverage.is_empty())
         && summary.rounds < config.max_rounds
     {
@@ -994,7 +1108,14 @@ async fn run_rounds(
         let no_faults = round.chaos.is_none();
         let hits_before = summary.crashpoint_hits.clone();
         let jumps_before = summary.window_jumps;
-        let mut outcome = round.run(worker, &mut span, &mut summary).await;
+        let mut outcome = match &server {
+            Some(server) => {
+                round
+                    .run_multi(server, worker, &mut span, &mut summary)
+                    .await
+            }
+            None => round.run(worker, &mut span, &mut summary).await,
+        };
         let mut unreached = Vec::new();
         for item in planned {
             let label = item.point().label();
@@ -1216,29 +1337,9 @@ impl<'c> Round<'c> {
         }
     }
 
-    async fn run(
-        mut self,
-        worker: &dyn Fn() -> std::process::Command,
-        span: &mut Option<Duration>,
-        summary: &mut Summary,
-    ) -> Result<(), String> {
-        let dir = tempfile::Builder::new()
-            .prefix("idem-torture-")
-            .tempdir()
-            .map_err(|e| format!("tempdir: {e}"))?;
-        // Power-cut mode: the journal on a disk that loses what a power cut
-        // loses; status files, stderr and the providers stay outside it.
-        let mut disk = if self.config.power_cut_mode() {
-            let at = dir.path().join("disk");
-            std::fs::create_dir(&at).map_err(|e| format!("mount point: {e}"))?;
-            Some(PowerCutFs::mount(&at).map_err(|e| e.to_string())?)
-        } else {
-            None
-        };
-        let journal = match &disk {
-            Some(d) => d.mountpoint().join("journal"),
-            None => dir.path().join("journal"),
-        };
+    /// The round's providers, on the round's clock (it jumps in the
+    /// dedupe-window round), with its faults if it is a chaos round.
+    async fn start_providers(&self, summary: &mut Summary) -> Result<Providers, String> {
         let clock = {
             let (system, shift) = (Clock::system(), self.shift.clone());
             Clock::from_fn(move || system.now_ms() + shift.load(Ordering::SeqCst))
@@ -1266,6 +1367,34 @@ impl<'c> Round<'c> {
                 .faults()
                 .set_chaos(Some(chaos(s.next_u64(), reads, true)));
         }
+
+        Ok(providers)
+    }
+
+    async fn run(
+        mut self,
+        worker: &dyn Fn() -> std::process::Command,
+        span: &mut Option<Duration>,
+        summary: &mut Summary,
+    ) -> Result<(), String> {
+        let dir = tempfile::Builder::new()
+            .prefix("idem-torture-")
+            .tempdir()
+            .map_err(|e| format!("tempdir: {e}"))?;
+        // Power-cut mode: the journal on a disk that loses what a power cut
+        // loses; status files, stderr and the providers stay outside it.
+        let mut disk = if self.config.power_cut_mode() {
+            let at = dir.path().join("disk");
+            std::fs::create_dir(&at).map_err(|e| format!("mount point: {e}"))?;
+            Some(PowerCutFs::mount(&at).map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        let journal = match &disk {
+            Some(d) => d.mountpoint().join("journal"),
+            None => dir.path().join("journal"),
+        };
+        let providers = self.start_providers(summary).await?;
 
         if let (Some(disk), true) = (disk.as_ref(), self.config.sync_new_journal) {
             create_synced(disk, &journal)?;
@@ -1390,9 +1519,12 @@ impl<'c> Round<'c> {
                         format!("worker exited 0 without a DONE line: {text}\n{last_stderr}")
                     })?;
                     if parked > 0 {
-                        let operated = CatchPanic(Box::pin(
-                            self.operate(&journal, &providers, last_death, summary),
-                        ))
+                        let operated = CatchPanic(Box::pin(self.operate(
+                            &JournalAt::Dir(journal.clone()),
+                            &providers,
+                            last_death,
+                            summary,
+                        )))
                         .await;
                         self.resolutions += operated
                             .unwrap_or_else(|panic| {
@@ -1435,9 +1567,13 @@ impl<'c> Round<'c> {
             history.push(self.power_cut(disk, summary)?);
             summary.exit_cuts += 1;
         }
-        let checked = CatchPanic(Box::pin(self.check(&journal, &providers, summary)))
-            .await
-            .unwrap_or_else(|panic| Err(format!("the journal panicked: {panic}")));
+        let checked = CatchPanic(Box::pin(self.check(
+            &JournalAt::Dir(journal.clone()),
+            &providers,
+            summary,
+        )))
+        .await
+        .unwrap_or_else(|panic| Err(format!("the journal panicked: {panic}")));
         if let Err(why) = &checked {
             if self.config.power_cut_mode() && why.starts_with("the journal panicked") {
                 // Damage read as a panic, not a clear error.
@@ -1562,7 +1698,7 @@ impl<'c> Round<'c> {
     /// checked that the round's faults and kills justify it.
     async fn operate(
         &mut self,
-        journal: &Path,
+        journal: &JournalAt,
         providers: &Providers,
         last_death: Option<Instant>,
         summary: &mut Summary,
@@ -1572,7 +1708,7 @@ impl<'c> Round<'c> {
             // provider: read the ledgers once it has been handled.
             providers.settled().await;
         }
-        let rt = match open_journal(journal) {
+        let rt = match journal.open().await {
             Ok(rt) => rt,
             Err((clear, e)) => {
                 let what = format!("operator cannot open the journal: {e}");
@@ -1759,7 +1895,7 @@ impl<'c> Round<'c> {
     /// operations into the summary; `Err` describes every violation.
     async fn check(
         &self,
-        journal: &Path,
+        journal: &JournalAt,
         providers: &Providers,
         summary: &mut Summary,
     ) -> Result<(), String> {
@@ -1805,7 +1941,7 @@ impl<'c> Round<'c> {
         }
 
         // 2. The journal: reopens, nothing parked, one commit per operation.
-        let rt = match open_journal(journal) {
+        let rt = match journal.open().await {
             Ok(rt) => rt,
             Err((clear, e)) => {
                 let what = format!("the journal did not reopen: {e}");
@@ -1998,6 +2134,28 @@ fn open_journal(journal: &Path) -> Result<Runtime, (bool, String)> {
             false,
             format!("opening the journal panicked: {}", panic_text(&panic)),
         )),
+    }
+}
+
+/// Where the parent finds a round's journal (as the operator, and for the
+/// checks).
+enum JournalAt {
+    Dir(PathBuf),
+    Postgres(String),
+}
+
+impl JournalAt {
+    /// Opens it; `Err((clear, why))` as [`open_journal`].
+    async fn open(&self) -> Result<Runtime, (bool, String)> {
+        match self {
+            JournalAt::Dir(dir) => open_journal(dir),
+            JournalAt::Postgres(url) => Runtime::builder()
+                .postgres(url.as_str())
+                .worker_id("operator")
+                .connect()
+                .await
+                .map_err(|e| (true, e.to_string())),
+        }
     }
 }
 

@@ -350,12 +350,38 @@ fn timed_out<E>(tool: &ToolDescriptor, attempts: u32) -> ToolError<E> {
 
 /// Runs one attempt under the tool's timeout; `Err` is the timeout's text.
 async fn run_attempt<R>(tool: &ToolDescriptor, fut: impl Future<Output = R>) -> Result<R, String> {
-    match tool.timeout {
-        None => Ok(fut.await),
-        Some(limit) => tokio::time::timeout(limit, fut)
-            .await
-            .map_err(|_| format!("attempt timed out after {limit:?}")),
-    }
+    run_attempt_from(tool, tokio::time::Instant::now(), fut).await
+}
+
+/// [`run_attempt`], its timeout counted from `began`. The deadline is
+/// checked *before* each poll of the attempt (tokio's `timeout` polls the
+/// future first): a process that was paused past it (SIGSTOP, a frozen
+/// VM) wakes to an attempt that is dropped without being polled again, so
+/// it sends nothing more after the moment a worker that took the call over
+/// waits for before asking `verify` (see `settle_then_verify`).
+async fn run_attempt_from<R>(
+    tool: &ToolDescriptor,
+    began: tokio::time::Instant,
+    fut: impl Future<Output = R>,
+) -> Result<R, String> {
+    let Some(limit) = tool.timeout else {
+        return Ok(fut.await);
+    };
+    let deadline = began + limit;
+    let timer = tokio::time::sleep_until(deadline);
+    let mut fut = std::pin::pin!(fut);
+    let mut timer = std::pin::pin!(timer);
+    std::future::poll_fn(|cx| {
+        if tokio::time::Instant::now() >= deadline {
+            return std::task::Poll::Ready(Err(()));
+        }
+        if let std::task::Poll::Ready(v) = fut.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Ok(v));
+        }
+        timer.as_mut().poll(cx).map(Err)
+    })
+    .await
+    .map_err(|()| format!("attempt timed out after {limit:?}"))
 }
 
 fn draft<'a>(ctx: &'a Ctx, tool: &'a str, key: Option<&'a IdemKey>, kind: EventKind) -> Draft<'a> {
@@ -749,16 +775,27 @@ impl<'a> Op<'a> {
                 attempt: self.rec.attempts,
             });
             let before = (self.held, self.previous.take());
+            let began = tokio::time::Instant::now();
             if let Err(halt) = self.put(events, Durability::Immediate, false).await {
                 if let Halt::Tool(ToolError::Journal(_)) = &halt {
                     self.revert(before).await;
                 }
                 return Err(halt);
             }
+            if let Some(every) = self.shared.journal.renewal() {
+                // The claim is a lease of three renewal periods from the
+                // write. A process paused since before it (or a write that
+                // took that long) may have been taken over: sending now
+                // could duplicate what the new owner does. Re-decide from
+                // the record instead; nothing was sent.
+                if began.elapsed() >= every * 2 {
+                    return Err(Halt::Conflict);
+                }
+            }
 
             let n = self.rec.attempts;
             let call_ctx = self.ctx.for_call(Some(&self.key), n);
-            let outcome = run_attempt(self.tool, body.attempt(call_ctx.clone())).await;
+            let outcome = run_attempt_from(self.tool, began, body.attempt(call_ctx.clone())).await;
             let (failure, err, text) = match outcome {
                 Ok(Ok(v)) => {
                     return self

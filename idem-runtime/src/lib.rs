@@ -43,6 +43,8 @@ pub use error::{Error, ToolError};
 pub use escalation::{Escalation, Operation, Resolution, ResolutionView};
 pub use failure::{Classify, Failure, Verdict};
 pub use journal::{Journal, Owner, SledJournal, SledOptions};
+#[cfg(feature = "postgres")]
+pub use journal::{PostgresJournal, PostgresOptions};
 pub use key::{Args, IdemKey, KeyBuilder, KeyEncoder, KeyPart, KEY_VERSION};
 pub use retry::RetryPolicy;
 pub use runtime::{PruneReport, Runtime, RuntimeBuilder};

@@ -150,6 +150,10 @@ pub struct RuntimeBuilder {
     replay_cache: usize,
     #[cfg(feature = "admin")]
     pub(crate) admin: Option<crate::admin::AdminOptions>,
+    #[cfg(feature = "postgres")]
+    postgres: Option<String>,
+    #[cfg(feature = "postgres")]
+    postgres_options: crate::journal::PostgresOptions,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -238,9 +242,61 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The PostgreSQL journal at `url`, shared by every worker connected to
+    /// it; open it with [`RuntimeBuilder::connect`] (feature `postgres`).
+    #[cfg(feature = "postgres")]
+    pub fn postgres(mut self, url: impl Into<String>) -> Self {
+        self.postgres = Some(url.into());
+        self
+    }
+
+    /// PostgreSQL: how long a claim on a call stays valid without renewal
+    /// (default 30 s). A worker that dies holds its calls this long before
+    /// other workers take them over; its restart under the same
+    /// [`worker_id`](RuntimeBuilder::worker_id) takes them over at once.
+    #[cfg(feature = "postgres")]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.postgres_options.lease = lease;
+        self
+    }
+
+    /// PostgreSQL: every option of the journal (the lease included).
+    #[cfg(feature = "postgres")]
+    pub fn postgres_options(mut self, options: crate::journal::PostgresOptions) -> Self {
+        self.postgres_options = options;
+        self
+    }
+
+    /// Connects to the PostgreSQL journal given by
+    /// [`postgres`](RuntimeBuilder::postgres) (creating its schema if
+    /// needed) and starts the runtime; with a `path` or a `journal` instead,
+    /// the same as [`open`](RuntimeBuilder::open).
+    #[cfg(feature = "postgres")]
+    pub async fn connect(mut self) -> Result<Runtime, Error> {
+        let Some(url) = self.postgres.take() else {
+            return self.open();
+        };
+        if self.path.is_some() || self.journal.is_some() {
+            return Err(Error::Usage(
+                "Runtime::builder(): .postgres(..) and .path(..)/.journal(..) name two journals"
+                    .into(),
+            ));
+        }
+        let journal =
+            crate::journal::PostgresJournal::connect_with(&url, &self.postgres_options).await?;
+        self.journal = Some(Arc::new(journal));
+        self.open()
+    }
+
     /// Opens the journal and starts the runtime.
     pub fn open(self) -> Result<Runtime, Error> {
         class::check_unique_names()?;
+        #[cfg(feature = "postgres")]
+        if self.postgres.is_some() {
+            return Err(Error::Usage(
+                "a PostgreSQL journal is opened with .connect().await, not .open()".into(),
+            ));
+        }
         // Refused before the journal is touched.
         #[cfg(feature = "admin")]
         let admin = match self.admin {
@@ -346,7 +402,26 @@ impl Runtime {
             replay_cache: crate::replays::CAPACITY,
             #[cfg(feature = "admin")]
             admin: None,
+            #[cfg(feature = "postgres")]
+            postgres: None,
+            #[cfg(feature = "postgres")]
+            postgres_options: crate::journal::PostgresOptions::default(),
         }
+    }
+
+    /// Connects to the PostgreSQL journal at `url` (feature `postgres`),
+    /// creating its schema if needed: the journal of several workers.
+    /// `Runtime::builder().postgres(url)` for the options (worker id,
+    /// lease).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), idem_runtime::Error> {
+    /// let rt = idem_runtime::Runtime::connect("postgres://idem@/idem?host=/run/idem-pg").await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "postgres")]
+    pub async fn connect(url: &str) -> Result<Runtime, Error> {
+        Runtime::builder().postgres(url).connect().await
     }
 
     /// The context of root run `root_id` (a durable workflow id: the same

@@ -320,6 +320,131 @@ impl Journal for FaultyJournal {
     }
 }
 
+/// Another process's view of a journal: everything is the wrapped
+/// journal's except the table of calls in flight, which is this view's own
+/// (as each process has its own). With a journal whose claims are leases
+/// ([`MemJournal::with_leases`]), views behave as workers on one shared
+/// database; optionally their renewals can be stopped
+/// ([`ProcessView::stall_renewals`]), as a process paused by SIGSTOP stops
+/// renewing.
+pub struct ProcessView {
+    inner: Arc<dyn Journal>,
+    local: Local,
+    stalled: AtomicBool,
+}
+
+impl ProcessView {
+    /// A new process's view of `inner`.
+    pub fn new(inner: Arc<dyn Journal>) -> Arc<Self> {
+        Arc::new(ProcessView {
+            inner,
+            local: Local::default(),
+            stalled: AtomicBool::new(false),
+        })
+    }
+
+    /// From now on, renewals change nothing (and report the claims held, as
+    /// a paused process would believe).
+    pub fn stall_renewals(&self) {
+        self.stalled.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Journal for ProcessView {
+    fn location(&self) -> &str {
+        self.inner.location()
+    }
+
+    fn local(&self) -> &Local {
+        &self.local
+    }
+
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        self.inner.clock()
+    }
+
+    fn renewal(&self) -> Option<Duration> {
+        self.inner.renewal()
+    }
+
+    fn load<'a>(
+        &'a self,
+        space: Space,
+        key: &'a Digest,
+    ) -> BoxFuture<'a, Result<Option<Loaded>, Error>> {
+        self.inner.load(space, key)
+    }
+
+    fn write<'a>(&'a self, write: Write<'a>) -> BoxFuture<'a, Result<Written, Error>> {
+        self.inner.write(write)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        owner: &'a Owner,
+        held: &'a [Held],
+    ) -> BoxFuture<'a, Result<Vec<bool>, Error>> {
+        if self.stalled.load(Ordering::SeqCst) {
+            return Box::pin(std::future::ready(Ok(vec![true; held.len()])));
+        }
+        self.inner.renew(owner, held)
+    }
+
+    fn changed<'a>(&'a self, space: Space, key: &'a Digest, version: u64) -> BoxFuture<'a, ()> {
+        self.inner.changed(space, key, version)
+    }
+
+    fn append<'a>(
+        &'a self,
+        events: &'a [NewEvent<'a>],
+        durability: Durability,
+    ) -> BoxFuture<'a, Result<Vec<u64>, Error>> {
+        self.inner.append(events, durability)
+    }
+
+    fn events<'a>(&'a self, from: u64, limit: usize) -> BoxFuture<'a, Result<EventRows, Error>> {
+        self.inner.events(from, limit)
+    }
+
+    fn events_for<'a>(&'a self, key: &'a Digest) -> BoxFuture<'a, Result<EventRows, Error>> {
+        self.inner.events_for(key)
+    }
+
+    fn truncate_events(&self, before: u64) -> BoxFuture<'_, Result<u64, Error>> {
+        self.inner.truncate_events(before)
+    }
+
+    fn escalated(&self) -> BoxFuture<'_, Result<Vec<(Digest, Loaded)>, Error>> {
+        self.inner.escalated()
+    }
+
+    fn scan<'a>(
+        &'a self,
+        space: Space,
+        after: Option<&'a Digest>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(Digest, Loaded)>, Error>> {
+        self.inner.scan(space, after, limit)
+    }
+
+    fn remove<'a>(
+        &'a self,
+        space: Space,
+        key: &'a Digest,
+        version: u64,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        self.inner.remove(space, key, version)
+    }
+
+    fn sync(&self) -> BoxFuture<'_, Result<(), Error>> {
+        self.inner.sync()
+    }
+
+    fn size_on_disk(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        self.inner.size_on_disk()
+    }
+}
+
 /// Puts `body` as the record `digest` of `space`, whatever is there: how a
 /// test plants a damaged record.
 pub async fn overwrite_record(j: &dyn Journal, space: Space, digest: &Digest, body: &[u8]) {

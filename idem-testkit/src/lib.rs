@@ -46,13 +46,16 @@
 mod addrs;
 mod client;
 mod clock;
+pub mod conformance;
 mod email;
+pub mod engine;
 mod error;
 mod faults;
 mod http;
 mod journal;
 mod ledger;
 mod payments;
+pub mod pg;
 #[cfg(feature = "powercut")]
 pub mod powercut;
 mod providers;
@@ -70,7 +73,7 @@ pub use email::{EmailClient, EmailMessage, EmailOp, SentMessage, KEY_HEADER};
 pub use error::{ApiError, ProviderError};
 pub use faults::{Chaos, Fault, FaultControl, Gate, Stage};
 pub use http::HttpResponse;
-pub use journal::{overwrite_record, FaultyJournal, MemJournal, StorageFault};
+pub use journal::{overwrite_record, FaultyJournal, MemJournal, ProcessView, StorageFault};
 pub use ledger::{Duplicate, Effect};
 pub use payments::{
     Charge, ChargeOutcome, ChargeRecord, ChargeRequest, OrderId, PaymentsClient, PaymentsConfig,

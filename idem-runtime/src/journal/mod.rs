@@ -1,6 +1,7 @@
 //! Where the engine's state lives: the [`Journal`] trait, the in-process
-//! table of calls being driven ([`Local`]), and the embedded implementation
-//! on sled, [`SledJournal`].
+//! table of calls being driven ([`Local`]), the embedded implementation
+//! on sled, [`SledJournal`], and (feature `postgres`) the shared one on
+//! PostgreSQL, `PostgresJournal`.
 //!
 //! A journal stores *records* (one per operation or memoized step, opaque
 //! bytes whose format the engine owns, see `record.rs`) and the *audit
@@ -40,12 +41,16 @@ mod files;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzzing;
 mod local;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod sled;
 mod store;
 mod stored;
 mod wal;
 
 pub use self::local::{Entry, LeaderOutcome, Local, Slot};
+#[cfg(feature = "postgres")]
+pub use self::postgres::{DbClock, PostgresJournal, PostgresOptions, SCHEMA_VERSION};
 pub use self::sled::{SledJournal, SledOptions};
 
 /// A boxed future, as the journal's methods return (the trait is used as

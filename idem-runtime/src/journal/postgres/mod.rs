@@ -1,0 +1,826 @@
+//! The shared journal: PostgreSQL, for several worker processes (feature
+//! `postgres`).
+//!
+//! What each part of the [`Journal`] contract becomes here:
+//!
+//! - **versions and conditions**: a write is one statement (one implicit
+//!   transaction, one round trip): `UPDATE ... WHERE version = $expected`
+//!   or `INSERT ... ON CONFLICT DO NOTHING`, with the audit events and the
+//!   notification in the same statement. Under READ COMMITTED a concurrent
+//!   writer of the same row makes the update wait and re-check the
+//!   condition, so of two writers with the same expectation one wins and
+//!   the other gets [`Written::Conflict`].
+//! - **claims are leases** on the database's clock: `lease_until` is set
+//!   from `clock_timestamp()` (never `now()`, which is the transaction's
+//!   start, and never the worker's clock), and [`Claim::live`] is
+//!   `lease_until > clock_timestamp()` at the time of the load. The runtime
+//!   renews the leases of the calls it drives every third of a lease
+//!   ([`Journal::renewal`]); a renewal matches owner *and* epoch, so a
+//!   worker that was taken over cannot extend the new owner's claim.
+//! - **fencing**: a takeover is a write like any other (conditional on the
+//!   version it saw, `epoch + 1`), so every later write of the stale owner
+//!   fails its condition and changes nothing.
+//! - **waking waiters** in other processes: a write of a record someone
+//!   waits for `NOTIFY`s in its transaction; a listening connection per
+//!   journal wakes this process's waiters (`listen.rs`, which also says why
+//!   not every write notifies), with polling as the fallback and a wake-up
+//!   at the lease's expiry (a dead driver writes nothing).
+//! - **durability**: [`Durability::Immediate`] writes commit synchronously
+//!   (PostgreSQL's own group commit shares the WAL flush between concurrent
+//!   committers); [`Durability::Eventual`] writes commit with
+//!   `synchronous_commit = off`, made durable by the WAL writer within
+//!   `wal_writer_delay` (200 ms by default) or by the next synchronous
+//!   commit of any session, since the WAL is flushed in order; that is the
+//!   trait's "never durable out of order".
+//! - **the audit stream** is commit-ordered and durable-only; see
+//!   `events.rs`.
+//! - **faults**: a lost connection or a restarted database makes the call
+//!   in progress fail with [`Error::Storage`]; nothing is retried blindly
+//!   (a write whose COMMIT outcome is unknown is reported as an error, and
+//!   the engine reloads and re-decides, as after a crash). The pool drops
+//!   closed connections and opens new ones by itself.
+
+mod clock;
+mod events;
+mod listen;
+mod schema;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::tokio_postgres::{self, NoTls, Row};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+
+pub use self::clock::DbClock;
+pub use self::schema::SCHEMA_VERSION;
+use super::{
+    BoxFuture, Claim, ClaimChange, Digest, Durability, EventRows, Expect, Held, Journal, Loaded,
+    Local, NewEvent, Owner, Space, Write, Written,
+};
+use crate::clock::Clock;
+use crate::error::Error;
+
+/// Options of [`PostgresJournal::connect_with`].
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// How long a claim stays live without renewal (default 30 s): how long
+    /// other workers wait before taking over the calls of a worker that
+    /// died. Renewed every third of it.
+    pub lease: Duration,
+    /// Connections in the pool (default 16), besides the listening one.
+    pub pool_size: usize,
+    /// How often a waiter re-reads a record it waits for while
+    /// notifications are not being received (default 100 ms).
+    pub poll: Duration,
+    /// How long opening a connection may take (default 10 s).
+    pub connect_timeout: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            lease: Duration::from_secs(30),
+            pool_size: 16,
+            poll: Duration::from_millis(100),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A journal in a PostgreSQL database, shared by every worker connected to
+/// it. See the module documentation of `idem_runtime::journal` for what it
+/// guarantees, and [`PostgresJournal::connect`] for the URL.
+pub struct PostgresJournal {
+    pool: Pool,
+    local: Local,
+    location: String,
+    options: PostgresOptions,
+    clock: Arc<DbClock>,
+    listener: Arc<listen::Listener>,
+    /// The listening connection's task, stopped with the journal.
+    listening: tokio::task::JoinHandle<()>,
+    /// This process's row of `idem_barrier`.
+    barrier_slot: i32,
+    /// An asynchronously committed write returned since the last barrier.
+    async_pending: AtomicBool,
+    /// Every visible event below this sequence number is known durable.
+    durable_floor: AtomicU64,
+    /// The highest sequence number this process's writes were given.
+    last_seq: AtomicU64,
+}
+
+impl std::fmt::Debug for PostgresJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresJournal")
+            .field("location", &self.location)
+            .field("lease", &self.options.lease)
+            .finish()
+    }
+}
+
+fn parse_config(url: &str) -> Result<tokio_postgres::Config, Error> {
+    url.parse::<tokio_postgres::Config>()
+        .map_err(|e| Error::Usage(format!("not a PostgreSQL connection string: {e}")))
+}
+
+/// The connection's target without its password, for error messages.
+fn location_of(config: &tokio_postgres::Config) -> String {
+    let user = config.get_user().unwrap_or("");
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    let port = config
+        .get_ports()
+        .first()
+        .map(|p| format!(":{p}"))
+        .unwrap_or_default();
+    format!(
+        "postgres://{user}@{}{port}/{}",
+        hosts.join(","),
+        config.get_dbname().unwrap_or("")
+    )
+}
+
+fn pg<'a>(op: &'static str, location: &'a str) -> impl Fn(tokio_postgres::Error) -> Error + 'a {
+    move |e| Error::storage(op, location, describe(&e))
+}
+
+/// The error with its server-side detail, when there is one.
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{e}: {} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
+fn space_id(space: Space) -> i16 {
+    match space {
+        Space::Ops => 0,
+        Space::Steps => 1,
+    }
+}
+
+fn digest_of(bytes: &[u8], location: &str) -> Result<Digest, Error> {
+    bytes.try_into().map_err(|_| Error::Corrupt {
+        what: "record key",
+        location: location.to_string(),
+        key: format!("{bytes:02x?}"),
+        detail: format!("{} bytes, not 32", bytes.len()),
+    })
+}
+
+/// The columns every record query selects, in this order.
+const RECORD_COLUMNS: &str = "version, epoch, owner_worker, owner_incarnation, \
+     coalesce(lease_until > clock_timestamp(), false), body";
+
+fn loaded(row: &Row, at: usize) -> Loaded {
+    let worker: Option<String> = row.get(at + 2);
+    let incarnation: Option<i64> = row.get(at + 3);
+    Loaded {
+        version: row.get::<_, i64>(at) as u64,
+        epoch: row.get::<_, i64>(at + 1) as u64,
+        claim: worker.map(|w| Claim {
+            owner: Owner {
+                worker: Arc::from(w),
+                incarnation: incarnation.unwrap_or(0) as u64,
+            },
+            live: row.get(at + 4),
+        }),
+        body: row.get(at + 5),
+    }
+}
+
+/// What a write does to the claim, as the statements' `$6`.
+fn claim_code(claim: ClaimChange<'_>) -> i32 {
+    match claim {
+        ClaimChange::Keep => 0,
+        ClaimChange::Take(_) => 1,
+        ClaimChange::Release => 2,
+    }
+}
+
+/// The part of a write after the record's own change (`rec`): its events,
+/// its notification, and its commit mode. Parameters `$10..$14`.
+const WRITE_TAIL: &str = "
+, ev AS (
+    INSERT INTO idem_events (seq, op_key, durable, bytes)
+    SELECT (pg_current_xact_id()::text::bigint << 16) + e.ord, e.k, $12::boolean, e.b
+    FROM rec, unnest($10::bytea[], $11::bytea[]) WITH ORDINALITY AS e(k, b, ord)
+    RETURNING seq
+), n AS (
+    SELECT pg_notify('idem_changed', $13::text) FROM rec WHERE rec.watched
+)
+SELECT rec.version, rec.epoch, ARRAY(SELECT seq FROM ev ORDER BY seq),
+       (SELECT count(*) FROM n), set_config('synchronous_commit', $14::text, true)
+FROM rec";
+
+/// A write conditional on the record's version.
+const UPDATE: &str = "
+WITH rec AS (
+    UPDATE idem_records SET
+        version = nextval('idem_versions'),
+        body = $4::bytea,
+        escalated = $5::boolean,
+        epoch = epoch + CASE WHEN $6::int = 1 THEN 1 ELSE 0 END,
+        owner_worker = CASE $6::int WHEN 0 THEN owner_worker WHEN 1 THEN $7::text END,
+        owner_incarnation = CASE $6::int WHEN 0 THEN owner_incarnation WHEN 1 THEN $8::bigint END,
+        lease_until = CASE $6::int
+            WHEN 0 THEN CASE WHEN owner_worker IS NOT NULL
+                THEN greatest(lease_until, clock_timestamp() + $9::float8 * interval '1 millisecond') END
+            WHEN 1 THEN clock_timestamp() + $9::float8 * interval '1 millisecond' END
+    WHERE space = $1::smallint AND key = $2::bytea AND version = $3::bigint
+    RETURNING version, epoch, watched
+)";
+
+/// A write of a record that must not exist (`$3` is 0).
+const INSERT: &str = "
+WITH rec AS (
+    INSERT INTO idem_records
+        (space, key, version, epoch, owner_worker, owner_incarnation, lease_until, escalated, body)
+    SELECT $1::smallint, $2::bytea, nextval('idem_versions'),
+        CASE WHEN $6::int = 1 THEN 1 ELSE 0 END,
+        CASE WHEN $6::int = 1 THEN $7::text END,
+        CASE WHEN $6::int = 1 THEN $8::bigint END,
+        CASE WHEN $6::int = 1 THEN clock_timestamp() + $9::float8 * interval '1 millisecond' END,
+        $5::boolean, $4::bytea
+    WHERE $3::bigint = 0
+    ON CONFLICT (space, key) DO NOTHING
+    RETURNING version, epoch, watched
+)";
+
+impl PostgresJournal {
+    /// Connects to the database at `url` (a `postgres://` URL or a
+    /// `key=value` connection string; `host=/path` is a unix socket
+    /// directory), creating or checking the schema, with default options.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), idem_runtime::Error> {
+    /// let journal = idem_runtime::PostgresJournal::connect(
+    ///     "postgres://idem@/idem?host=/run/idem-pg",
+    /// )
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: &str) -> Result<PostgresJournal, Error> {
+        PostgresJournal::connect_with(url, &PostgresOptions::default()).await
+    }
+
+    /// Connects with options. Must be called inside a tokio runtime (the
+    /// journal keeps a listening connection in a task).
+    pub async fn connect_with(
+        url: &str,
+        options: &PostgresOptions,
+    ) -> Result<PostgresJournal, Error> {
+        if options.lease < Duration::from_millis(30) {
+            return Err(Error::Usage(format!(
+                "a lease of {:?} is too short to be renewed in time (at least 30 ms)",
+                options.lease
+            )));
+        }
+        let mut config = parse_config(url)?;
+        if config.get_application_name().is_none() {
+            config.application_name("idem");
+        }
+        config.connect_timeout(options.connect_timeout);
+        let location = location_of(&config);
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                // A closed connection (the server restarted) is noticed by
+                // its connection task; the check costs no round trip.
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .create_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(|e| Error::storage("build the connection pool", &location, e))?;
+        let clock = Arc::new(DbClock::new());
+        {
+            let mut client = pool
+                .get()
+                .await
+                .map_err(|e| Error::storage("connect", &location, e))?;
+            schema::migrate(&mut client, &location).await?;
+            listen::measure_offset(&client, &clock)
+                .await
+                .map_err(pg("read the database's clock", &location))?;
+        }
+        let (listener, listening) = listen::Listener::start(config, clock.clone());
+        Ok(PostgresJournal {
+            pool,
+            local: Local::default(),
+            location,
+            options: options.clone(),
+            clock,
+            listener,
+            listening,
+            barrier_slot: std::process::id() as i32,
+            async_pending: AtomicBool::new(false),
+            durable_floor: AtomicU64::new(0),
+            last_seq: AtomicU64::new(0),
+        })
+    }
+
+    /// Creates the schema, or checks that it is one this build reads, and
+    /// returns its version; what `idem migrate` runs. Refuses a database
+    /// whose schema is newer ([`Error::UnsupportedFormat`]), changing
+    /// nothing.
+    pub async fn migrate(url: &str) -> Result<i32, Error> {
+        let config = parse_config(url)?;
+        let location = location_of(&config);
+        let (mut client, connection) = config
+            .connect(NoTls)
+            .await
+            .map_err(pg("connect", &location))?;
+        let task = tokio::spawn(connection);
+        let out = schema::migrate(&mut client, &location).await;
+        drop(client);
+        let _ = task.await;
+        out
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &PostgresOptions {
+        &self.options
+    }
+
+    /// Whether notifications from other processes are being received now
+    /// (the listening connection is up); waiters poll while it is not.
+    pub fn listening(&self) -> bool {
+        self.listener.connected()
+    }
+
+    /// The database's clock as this process sees it.
+    pub fn db_clock(&self) -> &Arc<DbClock> {
+        &self.clock
+    }
+
+    /// Claims whose lease has expired (their drivers are dead or cut off),
+    /// up to `limit`, oldest expiry first: what a sweeper hands to calls
+    /// that recover them. Rows being written at this moment are skipped
+    /// (`FOR UPDATE SKIP LOCKED`) rather than waited for: whoever writes
+    /// them is alive.
+    pub async fn expired_claims(
+        &self,
+        space: Space,
+        limit: usize,
+    ) -> Result<Vec<(Digest, Loaded)>, Error> {
+        let client = self.client().await?;
+        let sql = format!(
+            "SELECT key, {RECORD_COLUMNS} FROM idem_records
+             WHERE space = $1 AND owner_worker IS NOT NULL AND lease_until <= clock_timestamp()
+             ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED"
+        );
+        let rows = client
+            .query(&sql, &[&space_id(space), &(limit as i64)])
+            .await
+            .map_err(pg("scan for expired claims", &self.location))?;
+        rows.iter()
+            .map(|r| Ok((digest_of(r.get(0), &self.location)?, loaded(r, 1))))
+            .collect()
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, Error> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| Error::storage("connect", &self.location, e))
+    }
+
+    async fn write_now(&self, w: &Write<'_>) -> Result<Written, Error> {
+        let client = self.client().await?;
+        let sql = match w.expect {
+            Expect::Absent => [INSERT, WRITE_TAIL].concat(),
+            Expect::Version(_) => [UPDATE, WRITE_TAIL].concat(),
+        };
+        let stmt = client
+            .prepare_cached(&sql)
+            .await
+            .map_err(pg("prepare a write", &self.location))?;
+        let expected = match w.expect {
+            Expect::Absent => 0i64,
+            Expect::Version(v) => v as i64,
+        };
+        let (worker, incarnation) = match w.claim {
+            ClaimChange::Take(o) => (Some(&*o.worker), Some(o.incarnation as i64)),
+            _ => (None, None),
+        };
+        let keys: Vec<Option<&[u8]>> = w.events.iter().map(|e| e.key.map(|k| &k[..])).collect();
+        let bytes: Vec<&[u8]> = w.events.iter().map(|e| e.bytes).collect();
+        let eventual = w.durability == Durability::Eventual;
+        let rows = client
+            .query(
+                &stmt,
+                &[
+                    &space_id(w.space),
+                    &&w.key[..],
+                    &expected,
+                    &w.body,
+                    &w.escalated,
+                    &claim_code(w.claim),
+                    &worker,
+                    &incarnation,
+                    &(self.options.lease.as_millis() as f64),
+                    &keys,
+                    &bytes,
+                    &!eventual,
+                    &listen::payload(w.space, w.key),
+                    &if eventual { "off" } else { "on" },
+                ],
+            )
+            .await
+            .map_err(pg("write a record", &self.location))?;
+        let Some(row) = rows.first() else {
+            return Ok(Written::Conflict);
+        };
+        if eventual {
+            self.async_pending.store(true, Ordering::SeqCst);
+        }
+        let seqs: Vec<i64> = row.get(2);
+        self.wrote(&seqs);
+        Ok(Written::Done {
+            version: row.get::<_, i64>(0) as u64,
+            epoch: row.get::<_, i64>(1) as u64,
+            seqs: seqs.into_iter().map(|s| s as u64).collect(),
+        })
+    }
+
+    /// Remembers the sequence numbers a write was given.
+    fn wrote(&self, seqs: &[i64]) {
+        if let Some(max) = seqs.iter().max() {
+            self.last_seq.fetch_max(*max as u64, Ordering::SeqCst);
+        }
+    }
+
+    /// Waits until this process's events are all below the readers'
+    /// horizon: every transaction that started before its last write has
+    /// ended (they may be other sessions', in other databases too: the
+    /// horizon is the cluster's oldest running transaction). Bounded: a
+    /// transaction that stays open for long delays the stream's readers,
+    /// never its order; `sync` then returns and its events show up later.
+    async fn wait_readable(&self, mut horizon: u64) -> Result<(), Error> {
+        let last = self.last_seq.load(Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut pause = Duration::from_millis(1);
+        while horizon <= last {
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(target: "idem::journal", location = %self.location, "a long-running transaction holds back the audit stream's readers");
+                return Ok(());
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+            let client = self.client().await?;
+            horizon = client
+                .query_one(
+                    "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 16",
+                    &[],
+                )
+                .await
+                .map_err(pg("read the transaction horizon", &self.location))?
+                .get::<_, i64>(0) as u64;
+        }
+        Ok(())
+    }
+
+    /// Makes every asynchronously committed transaction so far durable: a
+    /// synchronous commit flushes the WAL up to its own commit record, which
+    /// follows theirs. Returns the sequence number below which every event
+    /// visible before the barrier is now durable.
+    async fn barrier(&self) -> Result<u64, Error> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "INSERT INTO idem_barrier (slot, at) VALUES ($1, clock_timestamp())
+                 ON CONFLICT (slot) DO UPDATE SET at = EXCLUDED.at
+                 RETURNING pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 16",
+            )
+            .await
+            .map_err(pg("prepare a barrier", &self.location))?;
+        let row = client
+            .query_one(&stmt, &[&self.barrier_slot])
+            .await
+            .map_err(pg("flush the write-ahead log", &self.location))?;
+        let horizon = row.get::<_, i64>(0) as u64;
+        self.durable_floor.fetch_max(horizon, Ordering::SeqCst);
+        Ok(horizon)
+    }
+
+    /// Waits for a change of the record, its lease's expiry or the polling
+    /// interval, whichever comes first.
+    async fn wait_for_change(&self, space: Space, key: &Digest, version: u64) {
+        let mut changes = self.listener.subscribe();
+        let poll = if self.listener.connected() {
+            // Notifications arrive; polling only covers a lost one.
+            (self.options.lease / 3)
+                .min(Duration::from_secs(2))
+                .max(self.options.poll)
+        } else {
+            self.options.poll
+        };
+        // Read after subscribing, so that no change between the caller's
+        // load and now goes unnoticed.
+        let mut wait = poll;
+        if let Ok(client) = self.client().await {
+            // Marks the record watched (so its next write notifies) unless
+            // it is, and reads its version: the update's when it made one
+            // (it waited for any concurrent writer and saw its version),
+            // else the snapshot's (the mark was there before it: a writer
+            // since then notifies).
+            let row = client
+                .query_opt(
+                    "WITH cur AS (
+                        SELECT version, CASE WHEN lease_until IS NOT NULL THEN
+                            greatest(0, extract(epoch FROM (lease_until - clock_timestamp())) * 1000)::float8
+                            END AS ms
+                        FROM idem_records WHERE space = $1 AND key = $2
+                     ), upd AS (
+                        UPDATE idem_records SET watched = true
+                        WHERE space = $1 AND key = $2 AND NOT watched
+                        RETURNING version
+                     )
+                     SELECT coalesce((SELECT version FROM upd), cur.version), cur.ms,
+                            set_config('synchronous_commit', 'off', true)
+                     FROM cur",
+                    &[&space_id(space), &&key[..]],
+                )
+                .await;
+            match row {
+                Ok(Some(row)) if row.get::<_, i64>(0) as u64 == version => {
+                    if let Some(ms) = row.get::<_, Option<f64>>(1) {
+                        // A dead driver writes nothing: wake when its lease
+                        // runs out.
+                        wait = wait.min(Duration::from_millis(ms as u64 + 2));
+                    }
+                }
+                Ok(_) => return,
+                Err(_) => {}
+            }
+        }
+        let heard = async {
+            loop {
+                match changes.recv().await {
+                    Ok(Some((s, k))) if s == space && k == *key => return,
+                    Ok(Some(_)) => continue,
+                    Ok(None) | Err(_) => return,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(wait, heard).await;
+    }
+}
+
+impl Drop for PostgresJournal {
+    fn drop(&mut self) {
+        self.listening.abort();
+    }
+}
+
+impl Journal for PostgresJournal {
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn local(&self) -> &Local {
+        &self.local
+    }
+
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        Some(self.clock.clone())
+    }
+
+    fn renewal(&self) -> Option<Duration> {
+        Some(self.options.lease / 3)
+    }
+
+    fn load<'a>(
+        &'a self,
+        space: Space,
+        key: &'a Digest,
+    ) -> BoxFuture<'a, Result<Option<Loaded>, Error>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached(&format!(
+                    "SELECT {RECORD_COLUMNS} FROM idem_records WHERE space = $1 AND key = $2"
+                ))
+                .await
+                .map_err(pg("prepare a read", &self.location))?;
+            let row = client
+                .query_opt(&stmt, &[&space_id(space), &&key[..]])
+                .await
+                .map_err(pg("read a record", &self.location))?;
+            Ok(row.map(|r| loaded(&r, 0)))
+        })
+    }
+
+    fn write<'a>(&'a self, write: Write<'a>) -> BoxFuture<'a, Result<Written, Error>> {
+        Box::pin(async move {
+            if write.events.len() >= 1 << 16 {
+                return Err(Error::TooLarge {
+                    what: "a write's audit events",
+                    size: write.events.len() as u64,
+                    limit: (1 << 16) - 1,
+                });
+            }
+            self.write_now(&write).await
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        owner: &'a Owner,
+        held: &'a [Held],
+    ) -> BoxFuture<'a, Result<Vec<bool>, Error>> {
+        Box::pin(async move {
+            if held.is_empty() {
+                return Ok(Vec::new());
+            }
+            let client = self.client().await?;
+            let stmt = client
+                .prepare_cached(
+                    "WITH renewed AS (
+                        UPDATE idem_records r
+                        SET lease_until = clock_timestamp() + $6::float8 * interval '1 millisecond'
+                        FROM unnest($1::smallint[], $2::bytea[], $3::bigint[]) AS h(space, key, epoch)
+                        WHERE r.space = h.space AND r.key = h.key AND r.epoch = h.epoch
+                          AND r.owner_worker = $4 AND r.owner_incarnation = $5
+                        RETURNING r.space, r.key
+                     )
+                     SELECT space, key, set_config('synchronous_commit', 'off', true) FROM renewed",
+                )
+                .await
+                .map_err(pg("prepare a renewal", &self.location))?;
+            let spaces: Vec<i16> = held.iter().map(|h| space_id(h.space)).collect();
+            let keys: Vec<&[u8]> = held.iter().map(|h| &h.key[..]).collect();
+            let epochs: Vec<i64> = held.iter().map(|h| h.epoch as i64).collect();
+            let rows = client
+                .query(
+                    &stmt,
+                    &[
+                        &spaces,
+                        &keys,
+                        &epochs,
+                        &&*owner.worker,
+                        &(owner.incarnation as i64),
+                        &(self.options.lease.as_millis() as f64),
+                    ],
+                )
+                .await
+                .map_err(pg("renew leases", &self.location))?;
+            let renewed: Vec<(i16, Vec<u8>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+            Ok(held
+                .iter()
+                .map(|h| {
+                    renewed
+                        .iter()
+                        .any(|(s, k)| *s == space_id(h.space) && k[..] == h.key[..])
+                })
+                .collect())
+        })
+    }
+
+    fn changed<'a>(&'a self, space: Space, key: &'a Digest, version: u64) -> BoxFuture<'a, ()> {
+        Box::pin(self.wait_for_change(space, key, version))
+    }
+
+    fn append<'a>(
+        &'a self,
+        events: &'a [NewEvent<'a>],
+        durability: Durability,
+    ) -> BoxFuture<'a, Result<Vec<u64>, Error>> {
+        Box::pin(self.append_events(events, durability))
+    }
+
+    fn events<'a>(&'a self, from: u64, limit: usize) -> BoxFuture<'a, Result<EventRows, Error>> {
+        Box::pin(self.read_events(from, limit))
+    }
+
+    fn events_for<'a>(&'a self, key: &'a Digest) -> BoxFuture<'a, Result<EventRows, Error>> {
+        Box::pin(self.read_events_for(key))
+    }
+
+    fn truncate_events(&self, before: u64) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let n = client
+                .execute(
+                    "DELETE FROM idem_events WHERE seq < $1",
+                    &[&(before.min(i64::MAX as u64) as i64)],
+                )
+                .await
+                .map_err(pg("truncate the audit stream", &self.location))?;
+            Ok(n)
+        })
+    }
+
+    fn escalated(&self) -> BoxFuture<'_, Result<Vec<(Digest, Loaded)>, Error>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT key, {RECORD_COLUMNS} FROM idem_records
+                         WHERE space = 0 AND escalated ORDER BY key"
+                    ),
+                    &[],
+                )
+                .await
+                .map_err(pg("read the escalations", &self.location))?;
+            rows.iter()
+                .map(|r| Ok((digest_of(r.get(0), &self.location)?, loaded(r, 1))))
+                .collect()
+        })
+    }
+
+    fn scan<'a>(
+        &'a self,
+        space: Space,
+        after: Option<&'a Digest>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(Digest, Loaded)>, Error>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let after: &[u8] = after.map_or(&[], |a| &a[..]);
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT key, {RECORD_COLUMNS} FROM idem_records
+                         WHERE space = $1 AND key > $2 ORDER BY key LIMIT $3"
+                    ),
+                    &[
+                        &space_id(space),
+                        &after,
+                        &(limit.min(i64::MAX as usize) as i64),
+                    ],
+                )
+                .await
+                .map_err(pg("scan records", &self.location))?;
+            rows.iter()
+                .map(|r| Ok((digest_of(r.get(0), &self.location)?, loaded(r, 1))))
+                .collect()
+        })
+    }
+
+    fn remove<'a>(
+        &'a self,
+        space: Space,
+        key: &'a Digest,
+        version: u64,
+    ) -> BoxFuture<'a, Result<bool, Error>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let n = client
+                .execute(
+                    "DELETE FROM idem_records WHERE space = $1 AND key = $2 AND version = $3",
+                    &[&space_id(space), &&key[..], &(version as i64)],
+                )
+                .await
+                .map_err(pg("remove a record", &self.location))?;
+            Ok(n == 1)
+        })
+    }
+
+    fn sync(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let mut horizon = 0;
+            if self.async_pending.swap(false, Ordering::SeqCst) {
+                match self.barrier().await {
+                    Ok(h) => horizon = h,
+                    Err(e) => {
+                        self.async_pending.store(true, Ordering::SeqCst);
+                        return Err(e);
+                    }
+                }
+            }
+            // What this process wrote is durable; make it readable too, so
+            // that `Runtime::audit` after a call sees the call's events.
+            self.wait_readable(horizon).await
+        })
+    }
+
+    fn size_on_disk(&self) -> BoxFuture<'_, Result<u64, Error>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let row = client
+                .query_one(
+                    "SELECT (pg_total_relation_size('idem_records')
+                           + pg_total_relation_size('idem_events'))::bigint",
+                    &[],
+                )
+                .await
+                .map_err(pg("measure the journal", &self.location))?;
+            Ok(row.get::<_, i64>(0) as u64)
+        })
+    }
+}

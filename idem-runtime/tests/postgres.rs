@@ -1,0 +1,380 @@
+//! What only the PostgreSQL journal has to show (the conformance suite in
+//! tests/conformance.rs covers what every backend does): its schema, its
+//! notifications across processes, its commit-ordered audit stream, the
+//! durability of what readers see, fencing at the journal's level, and a
+//! database crash in the middle of a call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_runtime::journal::{
+    ClaimChange, Durability, Expect, Held, Journal, NewEvent, Owner, Space, Write, Written,
+};
+use idem_runtime::{Class, Error, PostgresJournal, PostgresOptions, Runtime, ToolError};
+use idem_testkit::engine::{call, tool_with, ScriptedProvider, Step, VerifyMode};
+use idem_testkit::pg::PgServer;
+
+const K: [u8; 32] = [7; 32];
+
+fn options(lease: Duration, poll: Duration) -> PostgresOptions {
+    PostgresOptions {
+        lease,
+        poll,
+        pool_size: 4,
+        ..PostgresOptions::default()
+    }
+}
+
+fn put<'a>(expect: Expect, body: &'a [u8], claim: ClaimChange<'a>) -> Write<'a> {
+    Write {
+        space: Space::Ops,
+        key: &K,
+        expect,
+        body,
+        claim,
+        escalated: false,
+        events: &[],
+        durability: Durability::Immediate,
+    }
+}
+
+async fn raw(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schema_is_created_once_and_a_newer_one_is_refused_untouched() {
+    let server = PgServer::shared();
+    let url = server.create_database().unwrap();
+    let (a, b) = tokio::join!(
+        PostgresJournal::migrate(&url),
+        PostgresJournal::migrate(&url)
+    );
+    assert_eq!((a.unwrap(), b.unwrap()), (1, 1), "idempotent, even at once");
+    let db = PgServer::database_of(&url);
+    server
+        .psql(db, "UPDATE idem_schema SET version = 99")
+        .unwrap();
+    let err = PostgresJournal::connect(&url).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::UnsupportedFormat {
+                found: 99,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        server
+            .psql(db, "SELECT version FROM idem_schema")
+            .unwrap()
+            .trim(),
+        "99",
+        "nothing was changed"
+    );
+    let err = Runtime::connect("postgres://nobody@/x?host=/nonexistent-idem-socket")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Storage { .. }), "{err}");
+    assert!(!err.to_string().contains("password"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_in_another_process_is_woken_by_the_writers_notification() {
+    let url = PgServer::shared().create_database().unwrap();
+    // Polling once an hour: only a notification can wake the waiter in time.
+    let hour = Duration::from_secs(3600);
+    let waiter = PostgresJournal::connect_with(&url, &options(hour, hour))
+        .await
+        .unwrap();
+    let writer = PostgresJournal::connect_with(&url, &options(hour, hour))
+        .await
+        .unwrap();
+    let Written::Done { version, .. } = writer
+        .write(put(Expect::Absent, b"1", ClaimChange::Keep))
+        .await
+        .unwrap()
+    else {
+        panic!("created")
+    };
+    while !waiter.listening() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The creation's own notification may still be on its way.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiter = Arc::new(waiter);
+    let woken = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.changed(Space::Ops, &K, version).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!woken.is_finished(), "nothing changed yet");
+    writer
+        .write(put(Expect::Version(version), b"2", ClaimChange::Keep))
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(20), woken)
+        .await
+        .expect("the notification woke the waiter")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_stream_is_commit_ordered_across_writers() {
+    let url = PgServer::shared().create_database().unwrap();
+    let journal = PostgresJournal::connect(&url).await.unwrap();
+    // A slow writer: its transaction has its id (and so its numbers) before
+    // a faster one commits.
+    let mut slow = raw(&url).await;
+    let tx = slow.transaction().await.unwrap();
+    tx.execute(
+        "INSERT INTO idem_events (seq, op_key, durable, bytes)
+         VALUES ((pg_current_xact_id()::text::bigint << 16) + 1, NULL, true, 'slow')",
+        &[],
+    )
+    .await
+    .unwrap();
+    let fast = journal
+        .append(
+            &[NewEvent {
+                key: None,
+                bytes: b"fast",
+            }],
+            Durability::Immediate,
+        )
+        .await
+        .unwrap()[0];
+    // The fast event is committed, but the slow one may still commit with
+    // a lower number: a reader must not get past it yet.
+    let seen = journal.events(0, 100).await.unwrap();
+    assert!(seen.is_empty(), "handed out past an open writer: {seen:?}");
+    tx.commit().await.unwrap();
+    let mut seen = journal.events(0, 100).await.unwrap();
+    for _ in 0..1000 {
+        if seen.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        seen = journal.events(0, 100).await.unwrap();
+    }
+    let bytes: Vec<&[u8]> = seen.iter().map(|(_, b)| b.as_slice()).collect();
+    assert_eq!(bytes, [&b"slow"[..], &b"fast"[..]]);
+    assert!(seen[0].0 < seen[1].0 && seen[1].0 == fast);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eventual_events_are_made_durable_before_a_reader_sees_them() {
+    // A server whose WAL writer waits 10 s: an asynchronous commit stays
+    // volatile until something flushes the WAL.
+    let server = PgServer::start().unwrap();
+    server
+        .psql("postgres", "ALTER SYSTEM SET wal_writer_delay = '10s'")
+        .unwrap();
+    server.psql("postgres", "SELECT pg_reload_conf()").unwrap();
+    let url = server.create_database().unwrap();
+    let writer = PostgresJournal::connect(&url).await.unwrap();
+    let reader = PostgresJournal::connect(&url).await.unwrap();
+    let seq = writer
+        .append(
+            &[NewEvent {
+                key: None,
+                bytes: b"dedupe hit",
+            }],
+            Durability::Eventual,
+        )
+        .await
+        .unwrap()[0];
+    let mut seen = reader.events(0, 10).await.unwrap();
+    while seen.is_empty() {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        seen = reader.events(0, 10).await.unwrap();
+    }
+    assert_eq!(seen[0].0, seq);
+    // What the reader saw survives a crash of the database.
+    drop((writer, reader));
+    server.restart_immediate().unwrap();
+    let after = PostgresJournal::connect(&url).await.unwrap();
+    let events = after.events(0, 10).await.unwrap();
+    assert_eq!(events, [(seq, b"dedupe hit".to_vec())]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_over_claim_is_fenced_off() {
+    let url = PgServer::shared().create_database().unwrap();
+    let short = options(Duration::from_millis(60), Duration::from_millis(10));
+    let a = PostgresJournal::connect_with(&url, &short).await.unwrap();
+    let b = PostgresJournal::connect_with(&url, &short).await.unwrap();
+    let (wa, wb) = (
+        Owner {
+            worker: Arc::from("a"),
+            incarnation: 1,
+        },
+        Owner {
+            worker: Arc::from("b"),
+            incarnation: 1,
+        },
+    );
+    let Written::Done { version, epoch, .. } = a
+        .write(put(Expect::Absent, b"intent", ClaimChange::Take(&wa)))
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(epoch, 1);
+    let held = [Held {
+        space: Space::Ops,
+        key: K,
+        epoch,
+    }];
+    assert_eq!(a.renew(&wa, &held).await.unwrap(), [true]);
+    assert_eq!(b.renew(&wb, &held).await.unwrap(), [false], "not b's claim");
+    let loaded = b.load(Space::Ops, &K).await.unwrap().unwrap();
+    assert!(loaded.claim.as_ref().unwrap().live, "leased");
+    // a stops renewing; its lease runs out on the database's clock.
+    let mut loaded = loaded;
+    while loaded.claim.as_ref().unwrap().live {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        loaded = b.load(Space::Ops, &K).await.unwrap().unwrap();
+    }
+    assert_eq!(loaded.version, version, "a renewal is not a write");
+    let Written::Done { epoch: taken, .. } = b
+        .write(put(
+            Expect::Version(version),
+            b"taken",
+            ClaimChange::Take(&wb),
+        ))
+        .await
+        .unwrap()
+    else {
+        panic!("the takeover")
+    };
+    assert_eq!(taken, 2, "a new epoch");
+    // a wakes: its renewal and its commit change nothing.
+    assert_eq!(a.renew(&wa, &held).await.unwrap(), [false]);
+    assert_eq!(
+        a.write(put(
+            Expect::Version(version),
+            b"committed",
+            ClaimChange::Release
+        ))
+        .await
+        .unwrap(),
+        Written::Conflict
+    );
+    let now = a.load(Space::Ops, &K).await.unwrap().unwrap();
+    assert_eq!((now.body.as_slice(), now.epoch), (&b"taken"[..], 2));
+    assert_eq!(now.claim.unwrap().owner, wb);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_crash_mid_call_fails_closed_and_the_next_call_recovers() {
+    let server = PgServer::start().unwrap();
+    let url = server.create_database().unwrap();
+    let rt = Runtime::builder()
+        .postgres(&url)
+        .worker_id("pod-7")
+        .lease(Duration::from_secs(30))
+        .connect()
+        .await
+        .unwrap();
+    let t = tool_with("send", Class::Journal, |d| {
+        d.retry.initial = Duration::from_millis(2);
+        d.retry.max_interval = Duration::from_millis(10);
+    });
+    let p = ScriptedProvider::new(&[Step::LandThenHeld]);
+    let first = tokio::spawn({
+        let (ctx, p) = (rt.run("run"), p.clone());
+        async move { call(&ctx, t, &p, 1, "a", VerifyMode::Provider).await }
+    });
+    p.wait_requests(1).await;
+    // The effect landed; the database dies before the COMMIT.
+    server.stop_immediate().unwrap();
+    p.release();
+    let out = first.await.unwrap();
+    assert!(
+        matches!(out, Err(ToolError::Journal(Error::Storage { .. }))),
+        "{out:?}"
+    );
+    // While it is down: no INTENT, so no call.
+    let down = call(&rt.run("run"), t, &p, 2, "b", VerifyMode::Provider).await;
+    assert!(matches!(down, Err(ToolError::Journal(_))), "{down:?}");
+    assert_eq!(p.calls(), 1, "fail closed");
+    // Back up: the pool reconnects, the unknown commit is recovered like a
+    // crash (verify finds the effect), nothing is sent twice.
+    server.start_again().unwrap();
+    let out = call(&rt.run("run"), t, &p, 1, "a", VerifyMode::Provider).await;
+    assert_eq!(out.unwrap(), "done:a");
+    assert_eq!((p.calls(), p.effects()), (1, 1));
+    let out = call(&rt.run("run"), t, &p, 2, "b", VerifyMode::Provider).await;
+    assert_eq!(out.unwrap(), "done:b");
+    let kinds: Vec<_> = rt
+        .audit(0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(kinds.iter().any(|k| matches!(
+        k,
+        idem_runtime::EventKind::Committed { via, .. } if via == "verify"
+    )));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_claims_are_listed_and_rows_being_written_are_skipped() {
+    let url = PgServer::shared().create_database().unwrap();
+    let short = options(Duration::from_millis(50), Duration::from_millis(10));
+    let j = PostgresJournal::connect_with(&url, &short).await.unwrap();
+    let dead = Owner {
+        worker: Arc::from("dead"),
+        incarnation: 1,
+    };
+    j.write(put(Expect::Absent, b"intent", ClaimChange::Take(&dead)))
+        .await
+        .unwrap();
+    let other = [8u8; 32];
+    j.write(Write {
+        key: &other,
+        ..put(Expect::Absent, b"done", ClaimChange::Release)
+    })
+    .await
+    .unwrap();
+    while j
+        .load(Space::Ops, &K)
+        .await
+        .unwrap()
+        .unwrap()
+        .claim
+        .unwrap()
+        .live
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let expired = j.expired_claims(Space::Ops, 10).await.unwrap();
+    assert_eq!(expired.len(), 1, "only the claimed record");
+    assert_eq!(expired[0].0, K);
+    assert_eq!(expired[0].1.claim.as_ref().unwrap().owner, dead);
+    // A writer holds the row: the sweep skips it instead of waiting.
+    let mut raw = raw(&url).await;
+    let tx = raw.transaction().await.unwrap();
+    tx.execute(
+        "SELECT 1 FROM idem_records WHERE key = $1 FOR UPDATE",
+        &[&&K[..]],
+    )
+    .await
+    .unwrap();
+    let expired = tokio::time::timeout(Duration::from_secs(20), j.expired_claims(Space::Ops, 10))
+        .await
+        .expect("not blocked by the writer")
+        .unwrap();
+    assert!(expired.is_empty(), "{expired:?}");
+    tx.rollback().await.unwrap();
+}

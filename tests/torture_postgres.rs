@@ -1,0 +1,109 @@
+//! Multi-worker torture on PostgreSQL (the harness's multi-worker mode,
+//! examples/torture/multi.rs): four worker processes race the same orders
+//! on one database while they are SIGKILLed, paused past their lease and
+//! the database server is restarted under them.
+//!
+//! - `multi_worker_torture_quick`: 40 kills; part of `cargo test`.
+//!   `IDEM_TORTURE_KILLS` / `IDEM_TORTURE_SEED` override.
+//! - `stale_owners_are_fenced`: every worker after the first wave is
+//!   paused (SIGSTOP) until its lease ran out twice over, then continued
+//!   (SIGCONT): the others take its calls over, and whatever it does when
+//!   it wakes must not duplicate an effect or add a second commit.
+//! - `multi_worker_torture_long` (ignored): 2000 kills;
+//!   `cargo test --release --test torture_postgres -- --ignored --nocapture`.
+//!
+//! Workers are this test binary, re-executed to run only
+//! `worker_process_entry`.
+
+#[path = "../examples/torture/harness.rs"]
+mod harness;
+#[path = "../examples/agent/shop.rs"]
+mod shop;
+
+use std::process::Command;
+use std::time::Duration;
+
+const WORKER_TEST: &str = "worker_process_entry";
+
+/// The entry point of every child process of this file.
+#[test]
+fn worker_process_entry() {
+    if harness::is_worker() {
+        std::process::exit(harness::worker_main());
+    }
+}
+
+fn worker_command() -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("test binary path"));
+    command.args([
+        "--exact",
+        WORKER_TEST,
+        "--nocapture",
+        "--test-threads",
+        "1",
+        "-q",
+    ]);
+    command
+}
+
+fn kills_from_env(default: u64) -> u64 {
+    std::env::var("IDEM_TORTURE_KILLS")
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(default)
+}
+
+fn torture(config: harness::Config) -> harness::Summary {
+    let summary = harness::run(&config, &worker_command, &mut |line| println!("{line}"));
+    println!("{summary}");
+    assert!(
+        summary.ok(),
+        "torture found problems (rerun with IDEM_TORTURE_SEED={:#x}):\n{}\n{summary}",
+        summary.seed,
+        summary.violations.join("\n")
+    );
+    assert_eq!(summary.operations, summary.workflows * 4);
+    summary
+}
+
+#[test]
+fn multi_worker_torture_quick() {
+    let kills = kills_from_env(40);
+    let mut config = harness::Config::multi_worker(kills, 4);
+    config.db_restart_every = 3;
+    config.max_elapsed = Duration::from_secs(240);
+    let summary = torture(config);
+    assert!(summary.kills >= kills, "{summary}");
+    assert!(
+        summary.random_kills > 0 && summary.crashpoint_kills > 0,
+        "{summary}"
+    );
+    assert!(summary.db_restarts > 0, "{summary}");
+    assert!(summary.recoveries > 0, "{summary}");
+}
+
+#[test]
+fn stale_owners_are_fenced() {
+    let mut config = harness::Config::multi_worker(0, 4);
+    config.pauses_only = true;
+    // No kills: rounds are counted instead; the first wave of each round
+    // measures, the later ones pause.
+    config.max_rounds = 3;
+    config.kills = u64::MAX;
+    config.db_restart_every = u64::MAX;
+    config.max_elapsed = Duration::from_secs(240);
+    let summary = torture(config);
+    assert!(summary.pauses >= 4, "{summary}");
+}
+
+#[test]
+#[ignore = "long: 2000 kills and a dozen database restarts; run with --ignored (in --release)"]
+fn multi_worker_torture_long() {
+    let kills = kills_from_env(2000);
+    let mut config = harness::Config::multi_worker(kills, 4);
+    config.progress_every = 25;
+    config.max_elapsed = Duration::from_secs(4 * 3600);
+    let summary = torture(config);
+    assert!(summary.kills >= kills, "{summary}");
+    assert!(summary.db_restarts >= 10, "{summary}");
+}
