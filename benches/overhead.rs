@@ -1,7 +1,7 @@
 //! idem's overhead against the floor: what a durable call cannot avoid is two
 //! fdatasyncs (INTENT before the provider, COMMITTED after). This measures,
 //! in one run and on the journal's own disk, that floor and everything idem
-//! adds to it, and prints the ratios DESIGN.md §8 sets targets for:
+//! adds to it, and prints the ratios against the targets idem sets itself:
 //!
 //! - fdatasync p50 of a small append (the floor's unit), measured in blocks
 //!   interleaved with blocks of fresh calls, so that the disk's drift over
@@ -20,8 +20,8 @@
 //!   how long retention takes to prune it.
 //!
 //! With `--postgres` (`cargo bench --bench overhead -- --postgres`) it
-//! measures the PostgreSQL journal instead (DESIGN.md §12), on a local
-//! throwaway server with fsync on: see `postgres_bench`.
+//! measures the PostgreSQL journal instead, on a local throwaway server
+//! with fsync on: see `postgres_bench`.
 //!
 //! Run with `cargo bench --bench overhead`. `IDEM_BENCH_RECORDS` sets the
 //! scale (default 1000000); `IDEM_BENCH_DIR` where the journal lives
@@ -371,7 +371,7 @@ fn main() {
         );
 
         println!();
-        println!("ratios (DESIGN.md §8 targets in brackets)");
+        println!("ratios (targets in brackets)");
         let two = 2.0 * us(floor_summary.p50);
         println!(
             "  fresh p50 / (2 x fdatasync p50)          {:>6.2}   [<= 1.5]   ({:.1} us / {:.1} us)",
@@ -600,7 +600,7 @@ fn postgres_bench() {
         );
 
         println!();
-        println!("ratios (DESIGN.md §12 targets in brackets)");
+        println!("ratios (targets in brackets)");
         let two = 2.0 * us(commit.p50);
         println!(
             "  fresh p50 / (2 x single-row commit p50)  {:>6.2}   [<= 1.5]   ({:.1} us / {:.1} us)",

@@ -193,7 +193,7 @@ fn audit_child(journal: &Path) -> i32 {
 /// right after it acknowledged a seeded number of commits (0 to 5: before
 /// the journal is even open, or in the middle of the next operation). An
 /// operation whose call returned is committed, and its commit is a durable
-/// audit event (DESIGN.md §6): the audit stream read at the end must hold a
+/// audit event: the audit stream read at the end must hold a
 /// `Committed` event for every acknowledged one, and each process must have
 /// reopened the journal its predecessor was killed on and committed what it
 /// was waited for.

@@ -1,4 +1,4 @@
-//! The engine's decision tables (DESIGN.md §5), row by row, driven through
+//! The engine's decision tables (per class), row by row, driven through
 //! `__private::call`, the entry point `#[tool]` expands to. Time is tokio's
 //! paused clock: backoff sleeps cost nothing and their lengths are exact.
 
