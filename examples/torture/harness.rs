@@ -1191,8 +1191,11 @@ struct Round<'c> {
     carrying: Option<Planned>,
     /// How far the providers' and the workers' clocks run ahead (ms).
     shift: Arc<AtomicU64>,
-    /// Workers of this round that died by SIGKILL so far.
-    kills: u64,
+    /// Workers of this round that lost their calls in flight so far: died
+    /// by SIGKILL, or (multi-worker) were paused past their lease or had
+    /// the database restarted under them. Each lets a recovery find an
+    /// at_most_once attempt whose outcome nobody knows.
+    interrupted: u64,
     /// Per provider, escalations already accounted to its injected faults.
     charged_to_faults: BTreeMap<&'static str, u64>,
 }
@@ -1223,7 +1226,7 @@ impl<'c> Round<'c> {
             planned: std::collections::VecDeque::new(),
             carrying: None,
             shift: Arc::new(AtomicU64::new(0)),
-            kills: 0,
+            interrupted: 0,
             charged_to_faults: BTreeMap::new(),
         }
     }
@@ -1231,7 +1234,7 @@ impl<'c> Round<'c> {
     /// Books a worker's death by SIGKILL: per instrumented point, and for
     /// the dedupe-window round the jump of the clock past the window.
     fn died(&mut self, plan: &Plan, summary: &mut Summary) {
-        self.kills += 1;
+        self.interrupted += 1;
         let Plan::Crash(point) = plan else { return };
         *summary.crashpoint_hits.entry(point.label()).or_default() += 1;
         if self.carrying == Some(Planned::WindowExpiry) {
@@ -1826,7 +1829,7 @@ impl<'c> Round<'c> {
                 let recovered = episode.iter().any(
                     |e| matches!(e.kind, EventKind::Recovered { attempts, .. } if attempts > 0),
                 );
-                if recovered && self.kills > 0 {
+                if recovered && self.interrupted > 0 {
                     return Ok("kill mid-call");
                 }
                 // A fault that leaves the outcome unknown to the caller.

@@ -188,6 +188,9 @@ impl Round<'_> {
             let (restarted, ends) = tokio::join!(restart, ends);
             if restarted? {
                 summary.db_restarts += 1;
+                // Calls in flight fail closed; their recovery may park an
+                // at_most_once attempt.
+                self.interrupted += 1;
             }
             let mut ends = ends?;
             ends.sort_by_key(|e| e.0);
@@ -205,10 +208,13 @@ impl Round<'_> {
                 }
                 if matches!(plan, Plan::Pause(_)) {
                     summary.pauses += 1;
+                    // Its calls may have been taken over mid-flight.
+                    self.interrupted += 1;
                 }
                 match end {
                     End::Signal(9) => {
                         summary.kills += 1;
+                        self.interrupted += 1;
                         match plan {
                             Plan::Crash(_) => summary.crashpoint_kills += 1,
                             _ => summary.random_kills += 1,
