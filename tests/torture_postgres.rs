@@ -34,34 +34,16 @@ fn worker_process_entry() {
 }
 
 fn worker_command() -> Command {
-    let mut command = Command::new(std::env::current_exe().expect("test binary path"));
-    command.args([
-        "--exact",
-        WORKER_TEST,
-        "--nocapture",
-        "--test-threads",
-        "1",
-        "-q",
-    ]);
-    command
+    harness::test_binary_worker(WORKER_TEST)
 }
 
 fn kills_from_env(default: u64) -> u64 {
-    std::env::var("IDEM_TORTURE_KILLS")
-        .ok()
-        .and_then(|k| k.parse().ok())
-        .unwrap_or(default)
+    harness::count_from_env("IDEM_TORTURE_KILLS", default)
 }
 
+/// Panics unless the run was clean.
 fn torture(config: harness::Config) -> harness::Summary {
-    let summary = harness::run(&config, &worker_command, &mut |line| println!("{line}"));
-    println!("{summary}");
-    assert!(
-        summary.ok(),
-        "torture found problems (rerun with IDEM_TORTURE_SEED={:#x}):\n{}\n{summary}",
-        summary.seed,
-        summary.violations.join("\n")
-    );
+    let summary = harness::run_in_test(config, &worker_command);
     assert_eq!(summary.operations, summary.workflows * 4);
     summary
 }

@@ -1005,6 +1005,48 @@ enum End {
     Watchdog,
 }
 
+/// For a test binary that re-executes itself as the workers: the command
+/// that runs only its test `entry` (which calls [`worker_main`] when
+/// [`is_worker`]). Children report through files and exit codes, so
+/// libtest's own output is moot.
+pub fn test_binary_worker(entry: &str) -> std::process::Command {
+    let mut command =
+        std::process::Command::new(std::env::current_exe().expect("test binary path"));
+    command.args(["--exact", entry, "--nocapture", "--test-threads", "1", "-q"]);
+    command
+}
+
+/// A count from the environment variable `var` (e.g. `IDEM_TORTURE_KILLS`),
+/// else `default`: lets a test's quick mode be run longer by hand.
+pub fn count_from_env(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|k| k.parse().ok())
+        .unwrap_or(default)
+}
+
+/// [`run`] for a test: progress and the summary on stdout, every
+/// violation counted instead of stopping at the first one when
+/// `IDEM_TORTURE_KEEP_GOING` is set, and a panic naming the seed to rerun
+/// with unless the summary is clean.
+pub fn run_in_test(
+    mut config: Config,
+    worker: &dyn Fn() -> std::process::Command,
+) -> Summary {
+    if std::env::var_os("IDEM_TORTURE_KEEP_GOING").is_some() {
+        config.stop_on_violation = false;
+    }
+    let summary = run(&config, worker, &mut |line| println!("{line}"));
+    println!("{summary}");
+    assert!(
+        summary.ok(),
+        "torture found problems (rerun with IDEM_TORTURE_SEED={:#x}):\n{}\n{summary}",
+        summary.seed,
+        summary.violations.join("\n")
+    );
+    summary
+}
+
 /// Runs the harness; `worker` makes the command that starts a worker
 /// process; `log` receives progress lines.
 pub fn run(
