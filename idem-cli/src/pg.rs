@@ -79,14 +79,26 @@ pub async fn connect(url: &str, keep: Option<Duration>) -> Result<Runtime, CliEr
         })
         .connect()
         .await
-        .map_err(|e| match e {
-            idem_runtime::Error::Storage { .. } => CliError::unreachable(format!(
-                "cannot open the PostgreSQL journal at {location}: {e}"
-            )),
+        .map_err(|e| match &e {
+            idem_runtime::Error::Storage { detail, .. } => {
+                let error = CliError::unreachable(format!(
+                    "cannot open the PostgreSQL journal at {location}: {e}"
+                ));
+                // SQLSTATE 42501, insufficient_privilege.
+                if detail.contains("(42501)") {
+                    error.hint(
+                        "idem connects as a worker does, which checks the journal's tables \
+                         with CREATE ... IF NOT EXISTS: its role needs the workers' privileges \
+                         (on the idem_* tables, and CREATE on their schema)",
+                    )
+                } else {
+                    error
+                }
+            }
             idem_runtime::Error::Usage(message) => {
                 CliError::usage(format!("--postgres: {message}"))
             }
-            e => CliError::runtime(&e),
+            e => CliError::runtime(e),
         })?;
     Ok(rt)
 }

@@ -410,3 +410,31 @@ async fn a_malformed_url_or_two_journals_are_usage_errors() {
     let server = PgServer::shared();
     assert_eq!(idem_relations(server, PgServer::database_of(&url)), "0");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_without_the_workers_privileges_is_told_what_it_needs() {
+    let server = PgServer::shared();
+    let url = server.create_database().unwrap();
+    let worker = PgWorker::start(&url).await;
+    let db = PgServer::database_of(&url);
+    // A role that may read and write the journal's rows, but not create
+    // tables: connecting checks the schema with CREATE ... IF NOT EXISTS.
+    let role = format!("ops_{db}");
+    server
+        .psql(
+            db,
+            &format!(
+                "CREATE ROLE {role} LOGIN; \
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}; \
+                 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}"
+            ),
+        )
+        .unwrap();
+    let as_ops = url.replace("postgres://postgres@", &format!("postgres://{role}@"));
+    let run = pg(&as_ops, &["escalations"]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("permission denied"), "{run:?}");
+    assert!(run.stderr.contains("CREATE on their schema"), "{run:?}");
+    // The journal is as the worker left it.
+    assert_eq!(worker.rt.escalations().await.unwrap().len(), 1);
+}
