@@ -12,9 +12,15 @@ Finding the journal:
                   journal directly when no process holds it.
   --url URL       talks to an admin API at URL (e.g. through a tunnel); the token
                   comes from IDEM_ADMIN_TOKEN.
-  --postgres URL  a PostgreSQL journal: not available in this build yet (the
-                  PostgreSQL journal is being built); fails with exit code 2.
-The token is IDEM_ADMIN_TOKEN when set, else DIR/idem-admin-token.
+  --postgres URL  the shared PostgreSQL journal of several workers (e.g.
+                  postgres://idem@/idem?host=/run/idem-pg): idem connects to it as one
+                  more client, under the worker id idem-cli@HOST-PID, and never creates
+                  its tables (a database without them exits with code 3). Everything
+                  works but --landed (only a worker that defines the tool can check a
+                  result: use --url with its admin API); `audit --follow` polls the
+                  shared stream; `prune` needs --keep.
+Give one of the three. The token is IDEM_ADMIN_TOKEN when set, else
+DIR/idem-admin-token.
 
 Exit codes:
   0  done
@@ -22,7 +28,8 @@ Exit codes:
      tool's type, a journal error)
   2  bad command line
   3  the journal cannot be reached (no journal, held by a process without the admin
-     API, the process does not answer)
+     API, the process does not answer, a database that cannot be reached or has no
+     idem journal)
   4  the admin API refused the token
 
 Errors go to stderr (as JSON with --json).";
@@ -45,7 +52,7 @@ pub struct Cli {
     #[arg(long, value_name = "URL", env = "IDEM_ADMIN_URL", global = true)]
     pub url: Option<String>,
 
-    /// A PostgreSQL journal (not available in this build yet).
+    /// The shared PostgreSQL journal at URL, instead of --journal or --url.
     #[arg(long, value_name = "URL", global = true)]
     pub postgres: Option<String>,
 
@@ -86,7 +93,8 @@ pub enum Command {
         /// Start at this sequence number, or `end` for only what comes next.
         #[arg(long, value_name = "N|end", default_value = "0")]
         from: String,
-        /// Keep printing events as they happen (needs a running process).
+        /// Keep printing events as they happen (needs a running process, or
+        /// --postgres).
         #[arg(long)]
         follow: bool,
         /// Stop after this many events.
@@ -97,9 +105,10 @@ pub enum Command {
     Stats,
     /// Removes finished operations, steps and events past the retention.
     Prune {
-        /// With no running process: how long to keep finished operations
-        /// (e.g. `7d`; at least the longest dedupe_window of your tools).
-        /// A running process uses its own retention.
+        /// With no running process, and with --postgres: how long to keep
+        /// finished operations (e.g. `7d`; at least the longest
+        /// dedupe_window of your tools). A running process uses its own
+        /// retention.
         #[arg(long, value_name = "DURATION")]
         keep: Option<String>,
     },

@@ -1,5 +1,6 @@
-//! Where the commands go: the running process's admin API, or the journal
-//! opened by this process when nobody holds it.
+//! Where the commands go: the running process's admin API, the journal
+//! opened by this process when nobody holds it, or the shared PostgreSQL
+//! journal, which this process joins as one more client.
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +23,12 @@ pub enum Backend {
         rt: Runtime,
         /// Its directory.
         dir: PathBuf,
+    },
+    /// The shared PostgreSQL journal, connected to by this process beside
+    /// the workers (see [`Backend::postgres`]).
+    Postgres {
+        /// The connected journal.
+        rt: Runtime,
     },
 }
 
@@ -104,17 +111,46 @@ impl Backend {
         }
     }
 
+    /// Connects to the PostgreSQL journal at `url` as one more client of
+    /// it, with a worker id of the CLI's own (`idem-cli@HOST-PID`). Exit
+    /// code 2 when `url` is not a connection string, 3 when the database
+    /// cannot be reached or holds no idem journal (none is created).
+    /// `keep`: the retention to prune with.
+    pub async fn postgres(
+        url: &str,
+        keep: Option<std::time::Duration>,
+    ) -> Result<Backend, CliError> {
+        Ok(Backend::Postgres {
+            rt: crate::pg::connect(url, keep).await?,
+        })
+    }
+
     /// Whether the commands go to a running process.
     pub fn is_remote(&self) -> bool {
         matches!(self, Backend::Remote(_))
     }
 
+    /// Why this backend knows tools only by name: a journal opened here
+    /// has no descriptors (a running process has; its answer is empty).
+    pub fn no_registry(&self) -> &'static str {
+        match self {
+            Backend::Remote(_) => "",
+            Backend::Local { .. } => {
+                "no running process: tool descriptors live in the program that defines the tools"
+            }
+            Backend::Postgres { .. } => {
+                "idem has no tool registry: tool descriptors live in the workers that define the \
+                 tools (ask one through its admin API with --url)"
+            }
+        }
+    }
+
     /// The running program's tools (remote), or the tool names in the
-    /// journal's audit stream (local).
+    /// journal's audit stream (a journal opened here).
     pub async fn tools(&self) -> Result<Result<Vec<ToolInfo>, Vec<ToolName>>, CliError> {
         match self {
             Backend::Remote(c) => c.tools().await.map(Ok),
-            Backend::Local { rt, .. } => {
+            Backend::Local { rt, .. } | Backend::Postgres { rt, .. } => {
                 let stats = rt.stats().await.map_err(|e| CliError::runtime(&e))?;
                 Ok(Err(stats
                     .tools
@@ -132,7 +168,9 @@ impl Backend {
     pub async fn escalations(&self) -> Result<Vec<Escalation>, CliError> {
         match self {
             Backend::Remote(c) => c.escalations().await,
-            Backend::Local { rt, .. } => rt.escalations().await.map_err(|e| CliError::runtime(&e)),
+            Backend::Local { rt, .. } | Backend::Postgres { rt, .. } => {
+                rt.escalations().await.map_err(|e| CliError::runtime(&e))
+            }
         }
     }
 
@@ -140,7 +178,7 @@ impl Backend {
     pub async fn operation(&self, key: &str) -> Result<OperationView, CliError> {
         match self {
             Backend::Remote(c) => c.operation(key).await,
-            Backend::Local { rt, .. } => {
+            Backend::Local { rt, .. } | Backend::Postgres { rt, .. } => {
                 let key = parse_key(key)?;
                 let operation = rt
                     .operation(&key)
@@ -161,7 +199,7 @@ impl Backend {
     pub async fn resolve(&self, key: &str, request: &ResolveRequest) -> Result<Resolved, CliError> {
         match self {
             Backend::Remote(c) => c.resolve(key, request).await,
-            Backend::Local { rt, dir } => {
+            Backend::Local { rt, .. } | Backend::Postgres { rt, .. } => {
                 let key = parse_key(key)?;
                 let resolution = request.to_resolution().map_err(CliError::usage)?;
                 let landed = matches!(resolution, idem_runtime::Resolution::Landed(_));
@@ -170,7 +208,7 @@ impl Backend {
                     .map_err(|e| {
                         let error = CliError::runtime(&e);
                         if landed && matches!(e, idem_runtime::Error::ResultType { .. }) {
-                            error.hint(unchecked_landed_hint(dir))
+                            error.hint(self.unchecked_landed_hint())
                         } else {
                             error
                         }
@@ -201,6 +239,15 @@ impl Backend {
     ) -> Result<(), CliError> {
         match self {
             Backend::Remote(c) => c.audit(from, follow, limit, each).await,
+            Backend::Postgres { rt, .. } => {
+                let next = match from {
+                    // Only what comes next: nothing, unless following.
+                    "end" if !follow => return Ok(()),
+                    "end" => end_of_stream(rt).await?,
+                    n => parse_from(n)?,
+                };
+                read_stream(rt, next, follow, limit, each).await
+            }
             Backend::Local { rt, .. } => {
                 if follow {
                     return Err(CliError::unreachable(
@@ -213,28 +260,7 @@ impl Backend {
                 if from == "end" {
                     return Ok(());
                 }
-                let mut next: u64 = from.parse().map_err(|_| {
-                    CliError::usage(format!(
-                        "--from {from:?}: expected a sequence number or `end`"
-                    ))
-                })?;
-                rt.sync().await.map_err(|e| CliError::runtime(&e))?;
-                let mut left = limit.unwrap_or(u64::MAX);
-                while left > 0 {
-                    let page = rt
-                        .audit_page(next, 1024.min(left as usize))
-                        .await
-                        .map_err(|e| CliError::runtime(&e))?;
-                    let Some(last) = page.last().map(|e| e.seq) else {
-                        break;
-                    };
-                    left = left.saturating_sub(page.len() as u64);
-                    for event in page {
-                        each(event)?;
-                    }
-                    next = last + 1;
-                }
-                Ok(())
+                read_stream(rt, parse_from(from)?, false, limit, each).await
             }
         }
     }
@@ -243,7 +269,7 @@ impl Backend {
     pub async fn stats(&self) -> Result<StatsView, CliError> {
         match self {
             Backend::Remote(c) => c.stats().await,
-            Backend::Local { rt, .. } => Ok(StatsView {
+            Backend::Local { rt, .. } | Backend::Postgres { rt, .. } => Ok(StatsView {
                 stats: rt.stats().await.map_err(|e| CliError::runtime(&e))?,
                 journal_bytes: rt.size_on_disk().await.map_err(|e| CliError::runtime(&e))?,
             }),
@@ -265,23 +291,112 @@ impl Backend {
                  tools need finished operations kept (the retention is raised to their longest \
                  dedupe_window): give --keep DURATION, e.g. --keep 7d",
             )),
+            (Backend::Postgres { .. }, None) => Err(CliError::usage(
+                "idem has no tool registry, so it cannot know how long the workers' tools need \
+                 finished operations kept (a worker raises its retention to their longest \
+                 dedupe_window): give --keep DURATION, at least that window, e.g. --keep 7d",
+            )),
             (Backend::Local { rt, .. }, Some(_)) => {
                 // Opened with that retention (see `discover`).
                 rt.prune().await.map_err(|e| CliError::runtime(&e))
             }
+            (Backend::Postgres { rt, .. }, Some(_)) => {
+                // Connected with that retention (see `pg::connect`); the
+                // CLI defines no tools, so no dedupe_window raises it.
+                rt.prune().await.map_err(|e| CliError::runtime(&e))
+            }
+        }
+    }
+
+    /// What to do instead of a `--landed` that this process cannot check.
+    fn unchecked_landed_hint(&self) -> String {
+        match self {
+            Backend::Postgres { .. } => "only a program that defines the tool can check a \
+                 result against its type, and idem has no tool registry. Resolve it through \
+                 the admin API of a worker that runs the tool (one started with \
+                 .admin(\"127.0.0.1:0\")): idem --url http://ADDR resolve KEY --landed ... with \
+                 its token in IDEM_ADMIN_TOKEN, or in the inbox it serves; --reissue and \
+                 --abandon need no type check"
+                .to_string(),
+            Backend::Local { dir, .. } => format!(
+                "no running process serves this journal, and only the program that defines the \
+                 tool can check a result against its type. Start the worker with \
+                 Runtime::builder().path({dir:?}).admin(\"127.0.0.1:0\") and run this command \
+                 again (idem finds it through its idem-admin-addr file), or settle it in the \
+                 inbox that process serves; --reissue and --abandon need no type check",
+                dir = dir.display().to_string()
+            ),
+            // The running process checks the result itself.
+            Backend::Remote(_) => String::new(),
         }
     }
 }
 
-fn unchecked_landed_hint(dir: &Path) -> String {
-    format!(
-        "no running process serves this journal, and only the program that defines the \
-         tool can check a result against its type. Start the worker with \
-         Runtime::builder().path({dir:?}).admin(\"127.0.0.1:0\") and run this command again \
-         (idem finds it through its idem-admin-addr file), or settle it in the inbox that \
-         process serves; --reissue and --abandon need no type check",
-        dir = dir.display().to_string()
-    )
+/// Events per read of the stream.
+const PAGE: usize = 1024;
+
+/// `--from N`.
+fn parse_from(from: &str) -> Result<u64, CliError> {
+    from.parse().map_err(|_| {
+        CliError::usage(format!(
+            "--from {from:?}: expected a sequence number or `end`"
+        ))
+    })
+}
+
+/// The sequence number after the last durable event: where `--from end`
+/// starts. The stream has no index of its end, so this reads it through
+/// (a page at a time, as the admin API does the first time it is asked).
+async fn end_of_stream(rt: &Runtime) -> Result<u64, CliError> {
+    rt.sync().await.map_err(|e| CliError::runtime(&e))?;
+    let mut next = 0;
+    loop {
+        let page = rt
+            .audit_page(next, PAGE)
+            .await
+            .map_err(|e| CliError::runtime(&e))?;
+        match page.last() {
+            Some(last) => next = last.seq + 1,
+            None => return Ok(next),
+        }
+    }
+}
+
+/// Hands `each` the durable events from `next`, at most `limit` of them.
+/// Without `follow` it is a snapshot of everything written so far (made
+/// durable first). With it, it never ends: at the end of the stream it
+/// reads again every [`FOLLOW_POLL`](crate::pg::FOLLOW_POLL), since the
+/// events come from other processes.
+async fn read_stream(
+    rt: &Runtime,
+    mut next: u64,
+    follow: bool,
+    limit: Option<u64>,
+    each: &mut dyn FnMut(AuditEvent) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    if !follow {
+        rt.sync().await.map_err(|e| CliError::runtime(&e))?;
+    }
+    let mut left = limit.unwrap_or(u64::MAX);
+    while left > 0 {
+        let page = rt
+            .audit_page(next, PAGE.min(usize::try_from(left).unwrap_or(PAGE)))
+            .await
+            .map_err(|e| CliError::runtime(&e))?;
+        let Some(last) = page.last().map(|e| e.seq) else {
+            if !follow {
+                break;
+            }
+            tokio::time::sleep(crate::pg::FOLLOW_POLL).await;
+            continue;
+        };
+        left = left.saturating_sub(page.len() as u64);
+        for event in page {
+            each(event)?;
+        }
+        next = last + 1;
+    }
+    Ok(())
 }
 
 fn parse_key(key: &str) -> Result<IdemKey, CliError> {

@@ -7,6 +7,7 @@
 //! idem --journal DIR resolve KEY --reissue --note "not on the statement after two days"
 //! idem --journal DIR audit --from 0 --follow          # the audit stream, live
 //! idem --journal DIR tools | stats | prune
+//! idem --postgres 'postgres://idem@/idem?host=/run/idem-pg' escalations   # a shared journal
 //! ```
 //!
 //! With `--journal DIR` it finds the process that holds the journal through
@@ -15,16 +16,30 @@
 //! `IDEM_ADMIN_TOKEN`). When no process holds the journal it opens it
 //! itself: everything works then but `--landed`, which only the program
 //! that defines a tool can check against the tool's result type, and
-//! `audit --follow`. Output is a table for people, JSON with `--json`;
-//! failures exit non-zero (see [`error::exit`]) with the reason on stderr.
+//! `audit --follow`.
+//!
+//! With `--postgres URL` it connects to the PostgreSQL journal that several
+//! workers share, as one more client under a worker id of its own
+//! (`idem-cli@HOST-PID`, see [`pg::worker_id`]): there is no process to ask
+//! and no lock to wait for. Everything works but `--landed`, for the same
+//! reason as above (it says to resolve through a worker's admin API with
+//! `--url`); `audit --follow` polls the shared stream, since the events come
+//! from other processes; `prune` needs `--keep`. It never creates the
+//! journal's tables: a database without them is reported (exit code 3),
+//! which is what a mistyped database name looks like.
+//!
+//! Output is a table for people, JSON with `--json`; failures exit non-zero
+//! (see [`error::exit`]) with the reason on stderr.
 //!
 //! The library is what the binary is made of: [`Client`] for the admin API,
-//! [`Backend`] for either side, [`render`] for the tables.
+//! [`Backend`] for where the commands go, [`pg`] for the PostgreSQL
+//! connection, [`render`] for the tables.
 
 pub mod args;
 pub mod backend;
 pub mod client;
 pub mod error;
+pub mod pg;
 pub mod render;
 
 use std::io::Write as _;
@@ -75,23 +90,36 @@ pub fn main() -> ExitCode {
 
 /// Runs one command line.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
-    if let Some(url) = &cli.postgres {
-        let _ = url;
-        return Err(CliError::usage(
-            "--postgres is not available in this build: the PostgreSQL journal is not part of \
-             idem yet",
-        )
-        .hint("use --journal DIR for a sled journal"));
-    }
     let keep = match &cli.command {
         Command::Prune { keep: Some(k) } => Some(parse_duration(k)?),
         _ => None,
     };
-    let backend = match (&cli.url, &cli.journal) {
-        (Some(_), Some(_)) => {
+    let backend = match (&cli.postgres, &cli.url, &cli.journal) {
+        (Some(url), None, None) => Backend::postgres(url, keep).await?,
+        (Some(_), url, _) => {
+            // Two journals named: which one is meant is a guess, so none.
+            let (flag, env) = match url {
+                Some(_) => ("--url", "IDEM_ADMIN_URL"),
+                None => ("--journal", "IDEM_JOURNAL"),
+            };
+            let from_env = std::env::var_os(env).is_some();
+            return Err(CliError::usage(format!(
+                "give --postgres URL or {flag}, not both{}",
+                if from_env {
+                    format!(" ({env} is set in the environment)")
+                } else {
+                    String::new()
+                }
+            ))
+            .hint(
+                "--postgres URL is the shared PostgreSQL journal itself; --url and --journal \
+                 name a process's admin API or a sled journal directory",
+            ));
+        }
+        (None, Some(_), Some(_)) => {
             return Err(CliError::usage("give --journal DIR or --url URL, not both"))
         }
-        (Some(url), None) => {
+        (None, Some(url), None) => {
             let token = std::env::var(idem_runtime::admin::TOKEN_ENV).map_err(|_| {
                 CliError::usage(format!(
                     "--url needs the token in {}",
@@ -100,10 +128,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             })?;
             Backend::Remote(Client::new(url.clone(), token)?)
         }
-        (None, Some(dir)) => Backend::discover(dir, keep).await?,
-        (None, None) => {
+        (None, None, Some(dir)) => Backend::discover(dir, keep).await?,
+        (None, None, None) => {
             return Err(CliError::usage(
-                "which journal? give --journal DIR (or set IDEM_JOURNAL), or --url URL",
+                "which journal? give --journal DIR (or set IDEM_JOURNAL), --url URL or \
+                 --postgres URL",
             ))
         }
     };
@@ -121,7 +150,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(tools) if json => print(&as_json(&tools)),
             Ok(tools) => print(&render::tools(&tools)),
             Err(names) if json => print(&as_json(&names)),
-            Err(names) => print(&render::tool_names(&names)),
+            Err(names) => print(&render::tool_names(&names, backend.no_registry())),
         },
         Command::Escalations => {
             let list = backend.escalations().await?;

@@ -114,12 +114,10 @@ pub fn tools(tools: &[ToolInfo]) -> String {
     out
 }
 
-/// `idem tools`, with the journal opened directly.
-pub fn tool_names(names: &[ToolName]) -> String {
-    let mut out = String::from(
-        "no running process: tool descriptors live in the program that defines the tools;\n\
-         these are the tools the journal's audit stream names\n\n",
-    );
+/// `idem tools`, with the journal opened by this process: `why` says why
+/// only names are known (see [`Backend::no_registry`](crate::Backend::no_registry)).
+pub fn tool_names(names: &[ToolName], why: &str) -> String {
+    let mut out = format!("{why};\nthese are the tools the journal's audit stream names\n\n");
     let width = names.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
     let _ = writeln!(out, "{:<width$}  CALLS", "TOOL");
     for t in names {

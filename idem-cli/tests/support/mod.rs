@@ -157,16 +157,16 @@ pub async fn idem(dir: &Path, args: &[&str]) -> Run {
 
 /// [`idem`] with extra environment.
 pub async fn idem_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_idem"));
-    command
-        .arg("--journal")
-        .arg(dir)
-        .args(args)
-        .env_remove("IDEM_ADMIN_TOKEN")
-        .env_remove("IDEM_JOURNAL")
-        .env_remove("IDEM_ADMIN_URL")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
+    let mut all = vec!["--journal", dir.to_str().expect("a UTF-8 path")];
+    all.extend_from_slice(args);
+    idem_bare(&all, env).await
+}
+
+/// `idem ARGS` exactly as given (no `--journal`), with extra environment
+/// and none of the variables that name a journal.
+pub async fn idem_bare(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut command = idem_command(args);
+    command.stdin(std::process::Stdio::null());
     for (k, v) in env {
         command.env(k, v);
     }
@@ -175,6 +175,19 @@ pub async fn idem_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
         .expect("idem finished")
         .expect("idem ran");
     Run::from(output)
+}
+
+/// The `idem` binary with `args`, without the environment variables that
+/// name a journal or a token; killed when dropped.
+pub fn idem_command(args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_idem"));
+    command
+        .args(args)
+        .env_remove("IDEM_ADMIN_TOKEN")
+        .env_remove("IDEM_JOURNAL")
+        .env_remove("IDEM_ADMIN_URL")
+        .kill_on_drop(true);
+    command
 }
 
 /// What a run of `idem` did.

@@ -73,7 +73,11 @@ CREATE TABLE IF NOT EXISTS idem_barrier (
 pub async fn migrate(client: &mut Client, location: &str) -> Result<i32, Error> {
     let storage = |op: &'static str| {
         let location = location.to_string();
-        move |e: deadpool_postgres::tokio_postgres::Error| Error::storage(op, &location, e)
+        // With the server's words: tokio-postgres's own Display is only
+        // "db error" (a role without CREATE on the schema, say).
+        move |e: deadpool_postgres::tokio_postgres::Error| {
+            Error::storage(op, &location, super::describe(&e))
+        }
     };
     let tx = client
         .transaction()

@@ -1,0 +1,440 @@
+//! The `idem` binary against the shared PostgreSQL journal (`--postgres
+//! URL`), beside a worker (this test process) connected to the same
+//! database: a throwaway server started by the test (`idem_testkit::pg`),
+//! one database per test.
+
+mod support;
+
+use std::time::Duration;
+
+use idem::{EventKind, IdemKey, Resolution, Runtime, ToolError};
+use idem_testkit::pg::PgServer;
+use idem_testkit::{Fault, ProviderError, Providers, WireClient, WireReceipt};
+use serde_json::json;
+use support::{idem_bare, idem_command, Bank, Run, ACCOUNT};
+use tokio::io::AsyncBufReadExt;
+
+/// A worker on the PostgreSQL journal at `url`, with one wire that went
+/// through (order 1) and one parked on an escalation (order 2: the bank
+/// applied it, then the connection broke before the answer).
+struct PgWorker {
+    rt: Runtime,
+    providers: Providers,
+    bank: Bank,
+    /// The parked wire's key.
+    key: IdemKey,
+}
+
+impl PgWorker {
+    async fn start(url: &str) -> PgWorker {
+        let providers = Providers::start().await.expect("providers");
+        let bank = Bank {
+            client: WireClient::new(providers.addrs().wire),
+        };
+        let rt = Runtime::builder()
+            .postgres(url)
+            .worker_id("worker-1")
+            .connect()
+            .await
+            .expect("the worker connects (and creates the schema)");
+        let ctx = rt.run("refunds");
+        bank.send_wire(&ctx, 1, ACCOUNT.into(), 500)
+            .await
+            .expect("order 1 goes through");
+        providers
+            .wire()
+            .faults()
+            .push(Fault::disconnect_after_apply());
+        let key = match bank.send_wire(&ctx, 2, ACCOUNT.into(), 1999).await {
+            Err(ToolError::Escalated { key, .. }) => key,
+            other => panic!("expected an escalation, got {other:?}"),
+        };
+        PgWorker {
+            rt,
+            providers,
+            bank,
+            key,
+        }
+    }
+
+    async fn call_again(&self) -> Result<WireReceipt, ToolError<ProviderError>> {
+        let ctx = self.rt.run("refunds");
+        self.bank.send_wire(&ctx, 2, ACCOUNT.into(), 1999).await
+    }
+
+    /// The durable stream's sequence numbers, as the worker reads it.
+    async fn seqs(&self, from: u64) -> Vec<u64> {
+        self.rt
+            .audit(from)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect()
+    }
+}
+
+/// `idem --postgres URL ARGS`.
+async fn pg(url: &str, args: &[&str]) -> Run {
+    let mut all = vec!["--postgres", url];
+    all.extend_from_slice(args);
+    idem_bare(&all, &[]).await
+}
+
+/// An event's kind, as its JSON names it (`"intent"` or `{"resolved": ..}`).
+fn kind_of(event: &serde_json::Value) -> String {
+    match &event["kind"] {
+        serde_json::Value::Object(o) => o.keys().next().unwrap().clone(),
+        other => other.as_str().unwrap().to_string(),
+    }
+}
+
+fn json_lines(run: &Run) -> Vec<serde_json::Value> {
+    run.ok()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The tables and sequences of idem in database `db`.
+fn idem_relations(server: &PgServer, db: &str) -> String {
+    server
+        .psql(
+            db,
+            "SELECT count(*) FROM pg_class WHERE relname LIKE 'idem%'",
+        )
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_subcommand_against_a_shared_postgres_journal() {
+    let url = PgServer::shared().create_database().unwrap();
+    let worker = PgWorker::start(&url).await;
+    let key = worker.key.to_string();
+
+    // escalations: the worker's parked wire, with its evidence.
+    let list = pg(&url, &["--json", "escalations"]).await.json();
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(list[0]["key"], key);
+    assert_eq!(list[0]["tool"], "send_wire");
+    assert_eq!(list[0]["class"], "at_most_once");
+    assert_eq!(list[0]["args"]["amount"], 1999);
+    let table = pg(&url, &["escalations"]).await;
+    assert!(table.ok().contains(&key), "{table:?}");
+    assert!(table.ok().contains("send_wire (at_most_once)"), "{table:?}");
+
+    // tools: names from the audit stream, and why only names.
+    let tools = pg(&url, &["--json", "tools"]).await.json();
+    assert_eq!(tools, json!([{"name": "send_wire", "calls": 2}]));
+    let table = pg(&url, &["tools"]).await;
+    assert!(
+        table.ok().contains("idem has no tool registry"),
+        "{table:?}"
+    );
+
+    // show: the record and its history.
+    let shown = pg(&url, &["--json", "show", &key]).await.json();
+    assert_eq!(shown["operation"]["state"], "escalated");
+    let kinds: Vec<String> = shown["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(kind_of)
+        .collect();
+    assert!(kinds.contains(&"intent".to_string()), "{kinds:?}");
+    assert!(kinds.contains(&"escalated".to_string()), "{kinds:?}");
+
+    // --landed: only a program that defines the tool can check the result,
+    // so it is refused, with where to go instead, and nothing is written.
+    let before = worker.seqs(0).await;
+    let receipt = serde_json::to_string(&worker.providers.wire().ledger()[1]).unwrap();
+    let refused = pg(
+        &url,
+        &["resolve", &key, "--landed", &receipt, "--note", "x"],
+    )
+    .await;
+    assert_eq!(refused.code, 1, "{refused:?}");
+    for needle in [
+        "cannot check the result",
+        "idem --url http://ADDR resolve KEY --landed",
+        "--reissue and --abandon need no type check",
+    ] {
+        assert!(refused.stderr.contains(needle), "{needle:?}: {refused:?}");
+    }
+    let err = pg(
+        &url,
+        &[
+            "--json", "resolve", &key, "--landed", &receipt, "--note", "x",
+        ],
+    )
+    .await
+    .json_error(1);
+    assert_eq!(err["error"], "result_type");
+    assert!(err["hint"].as_str().unwrap().contains("--url"), "{err}");
+    assert_eq!(worker.seqs(0).await, before, "a refused --landed wrote");
+    assert_eq!(worker.rt.escalations().await.unwrap().len(), 1);
+
+    // --reissue: settled in the shared journal, seen by the worker.
+    let resolved = pg(
+        &url,
+        &[
+            "--json",
+            "resolve",
+            &key,
+            "--reissue",
+            "--note",
+            "not on the bank statement",
+        ],
+    )
+    .await
+    .json();
+    assert_eq!(resolved["resolution"], "reissue");
+    assert_eq!(resolved["operation"]["state"], "reissue");
+    assert!(worker.rt.escalations().await.unwrap().is_empty());
+    let op = worker.rt.operation(&worker.key).await.unwrap().unwrap();
+    assert_eq!(op.state, "reissue");
+    let history = worker.rt.history(&worker.key).await.unwrap();
+    let by_operator = history
+        .iter()
+        .find(|e| matches!(&e.kind, EventKind::Resolved { .. }))
+        .expect("the worker's history has the resolution");
+    assert_eq!(by_operator.agent, "operator");
+    assert!(
+        matches!(&by_operator.kind, EventKind::Resolved { resolution, note }
+            if resolution == "reissue" && note == "not on the bank statement"),
+        "{by_operator:?}"
+    );
+    // The worker's next call runs the wire again (the operator's decision).
+    let again = worker.call_again().await.expect("the reissued wire");
+    assert_eq!(again.reference, "refund-2");
+    assert_eq!(worker.providers.wire().ledger().len(), 3);
+    let shown = pg(&url, &["--json", "show", &key]).await.json();
+    assert_eq!(shown["operation"]["state"], "committed");
+
+    // audit: the whole stream, in order, exactly as the worker reads it.
+    let events = json_lines(&pg(&url, &["--json", "audit"]).await);
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    assert_eq!(seqs, worker.seqs(0).await);
+    let kinds: Vec<String> = events.iter().map(kind_of).collect();
+    let resolved_at = kinds.iter().position(|k| k == "resolved").unwrap();
+    let escalated_at = kinds.iter().position(|k| k == "escalated").unwrap();
+    assert!(escalated_at < resolved_at, "{kinds:?}");
+    assert_eq!(kinds.last().unwrap(), "committed", "{kinds:?}");
+    let tail = json_lines(
+        &pg(
+            &url,
+            &[
+                "--json",
+                "audit",
+                "--from",
+                &seqs[3].to_string(),
+                "--limit",
+                "2",
+            ],
+        )
+        .await,
+    );
+    let tail: Vec<u64> = tail.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(tail, seqs[3..5]);
+    assert!(pg(&url, &["audit"])
+        .await
+        .ok()
+        .contains("resolved reissue: not on the bank statement"));
+    assert_eq!(
+        pg(&url, &["--json", "audit", "--from", "end"]).await.ok(),
+        ""
+    );
+
+    // stats: the stream's counts, and the tables' size.
+    let stats = pg(&url, &["--json", "stats"]).await.json();
+    assert_eq!(stats["tools"]["send_wire"]["escalations"], 1);
+    assert_eq!(stats["tools"]["send_wire"]["commits"], 2);
+    assert!(stats["journal_bytes"].as_u64().unwrap() > 0);
+
+    // prune: only with --keep, and with exactly that retention.
+    let prune = pg(&url, &["prune"]).await;
+    assert_eq!(prune.code, 2, "{prune:?}");
+    assert!(prune.stderr.contains("--keep"), "{prune:?}");
+    let kept = pg(&url, &["--json", "prune", "--keep", "7d"]).await.json();
+    assert_eq!(kept["ops_removed"], 0, "{kept}");
+    assert_eq!(worker.seqs(0).await, seqs);
+    let pruned = pg(&url, &["--json", "prune", "--keep", "0s"]).await.json();
+    assert_eq!(
+        pruned["ops_removed"], 2,
+        "both wires are finished: {pruned}"
+    );
+    assert_eq!(pruned["events_removed"], seqs.len() as u64, "{pruned}");
+    assert!(worker.rt.operation(&worker.key).await.unwrap().is_none());
+}
+
+/// The follower's next line, as JSON; waits for it (bounded, so that a
+/// follower that stopped or skipped fails the test instead of hanging it).
+async fn next_event(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) -> serde_json::Value {
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("the follower printed the next event")
+        .unwrap()
+        .expect("the follower still runs");
+    serde_json::from_str(&line).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_follow_prints_what_a_worker_writes_while_it_runs() {
+    let url = PgServer::shared().create_database().unwrap();
+    let worker = PgWorker::start(&url).await;
+    let mut child = idem_command(&["--postgres", &url, "--json", "audit", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    // First what was there: all of it, in order, and the follower is still
+    // running once it has printed it.
+    let before = worker.seqs(0).await;
+    let mut seen = Vec::new();
+    for _ in &before {
+        seen.push(next_event(&mut lines).await["seq"].as_u64().unwrap());
+    }
+    assert_eq!(seen, before);
+
+    // Then what the worker writes after that: the resolution and the
+    // reissued call, each once, in order.
+    worker
+        .rt
+        .resolve(&worker.key, Resolution::Reissue, "followed")
+        .await
+        .unwrap();
+    worker.call_again().await.expect("the reissued wire");
+    let after = worker.seqs(before.last().unwrap() + 1).await;
+    let mut events = Vec::new();
+    for _ in &after {
+        events.push(next_event(&mut lines).await);
+    }
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, after);
+    assert_eq!(kind_of(&events[0]), "resolved");
+    assert_eq!(events[0]["kind"]["resolved"]["note"], "followed");
+    assert_eq!(kind_of(events.last().unwrap()), "committed");
+    let _ = child.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_without_the_journal_is_reported_and_left_untouched() {
+    let server = PgServer::shared();
+    // A database that exists but holds no journal (a mistyped name that
+    // happens to exist, or a worker that never connected).
+    let empty = server.create_database().unwrap();
+    let db = PgServer::database_of(&empty);
+    for args in [&["escalations"][..], &["--json", "stats"], &["audit"]] {
+        let run = pg(&empty, args).await;
+        assert_eq!(run.code, 3, "{args:?}: {run:?}");
+        assert!(run.stderr.contains("no idem journal"), "{run:?}");
+    }
+    let err = pg(&empty, &["--json", "escalations"]).await.json_error(3);
+    assert_eq!(err["error"], "unreachable");
+    assert!(err["hint"].as_str().unwrap().contains("database name"));
+    assert_eq!(idem_relations(server, db), "0", "the CLI created tables");
+
+    // A database that does not exist: the server's own words.
+    let missing = server.url("idem_no_such_database");
+    let run = pg(&missing, &["escalations"]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("cannot reach"), "{run:?}");
+    assert!(run.stderr.contains("does not exist"), "{run:?}");
+    assert_eq!(
+        server
+            .psql(
+                "postgres",
+                "SELECT count(*) FROM pg_database WHERE datname = 'idem_no_such_database'",
+            )
+            .unwrap()
+            .trim(),
+        "0"
+    );
+
+    // No server at all behind the socket directory.
+    let nowhere = tempfile::tempdir().unwrap();
+    let url = format!(
+        "postgres://postgres@/idem?host={}",
+        nowhere.path().display()
+    );
+    let run = pg(&url, &["escalations"]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("cannot reach"), "{run:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_url_or_two_journals_are_usage_errors() {
+    let url = PgServer::shared().create_database().unwrap();
+    let malformed = pg(
+        "postgres://idem@db.internal:port/idem",
+        &["--json", "stats"],
+    )
+    .await
+    .json_error(2);
+    assert_eq!(malformed["error"], "usage");
+    assert!(
+        malformed["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a PostgreSQL connection string"),
+        "{malformed}"
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    for (args, env) in [
+        (
+            vec!["--postgres", &url, "--url", "http://127.0.0.1:9", "stats"],
+            vec![],
+        ),
+        (vec!["--postgres", &url, "--journal", dir, "stats"], vec![]),
+        (
+            vec!["--postgres", &url, "stats"],
+            vec![("IDEM_JOURNAL", dir)],
+        ),
+    ] {
+        let run = idem_bare(&args, &env).await;
+        assert_eq!(run.code, 2, "{args:?} {env:?}: {run:?}");
+        assert!(run.stderr.contains("not both"), "{run:?}");
+        if !env.is_empty() {
+            assert!(run.stderr.contains("IDEM_JOURNAL is set"), "{run:?}");
+        }
+    }
+    // Nothing was connected to: the database is still empty.
+    let server = PgServer::shared();
+    assert_eq!(idem_relations(server, PgServer::database_of(&url)), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_without_the_workers_privileges_is_told_what_it_needs() {
+    let server = PgServer::shared();
+    let url = server.create_database().unwrap();
+    let worker = PgWorker::start(&url).await;
+    let db = PgServer::database_of(&url);
+    // A role that may read and write the journal's rows, but not create
+    // tables: connecting checks the schema with CREATE ... IF NOT EXISTS.
+    let role = format!("ops_{db}");
+    server
+        .psql(
+            db,
+            &format!(
+                "CREATE ROLE {role} LOGIN; \
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}; \
+                 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}"
+            ),
+        )
+        .unwrap();
+    let as_ops = url.replace("postgres://postgres@", &format!("postgres://{role}@"));
+    let run = pg(&as_ops, &["escalations"]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("permission denied"), "{run:?}");
+    assert!(run.stderr.contains("CREATE on their schema"), "{run:?}");
+    // The journal is as the worker left it.
+    assert_eq!(worker.rt.escalations().await.unwrap().len(), 1);
+}
