@@ -179,20 +179,13 @@
 
 #![warn(missing_docs)]
 
-// The runtime's public API, item by item: what the facade offers is chosen
-// here, so a new public item of the runtime is not public API by accident.
-pub use idem_runtime::journal;
-pub use idem_runtime::{
-    dispatch, tool_schemas, tools, Args, ArgSchema, AuditEvent, BoxFuture, Class, Classify,
-    Clock, Ctx, DispatchError, Error, Escalation, EventKind, Failure, IdemKey, Journal,
-    KeyBuilder, KeyEncoder, KeyPart, LandedCheck, ManualClock, OnDrift, Operation, Owner,
-    PruneReport, Resolution, ResolutionView, RetryPolicy, Runtime, RuntimeBuilder, SledJournal,
-    SledOptions, Stats, Subscription, SubscriptionError, SystemClock, ToolDescriptor, ToolError,
-    ToolSchema, ToolSet, ToolStats, Toolbox, Verdict, KEY_VERSION, MAX_ARGS_BYTES,
-};
-
-#[cfg(feature = "postgres")]
-pub use idem_runtime::{PostgresJournal, PostgresOptions};
+// The runtime's whole public API. A glob rather than a list on purpose:
+// the runtime's feature-gated modules (`admin`) are re-exported whenever
+// the runtime is built with them, which is how the examples and tests
+// reach `idem::admin` (a dev-dependency turns the runtime's feature on; a
+// package cannot turn on its own). The runtime's root is itself an
+// explicit list (idem-runtime/src/lib.rs).
+pub use idem_runtime::*;
 
 /// The admin API a running process serves to operators, with the
 /// escalation inbox (feature `admin`): see `RuntimeBuilder::admin`.

@@ -385,6 +385,9 @@ pub struct Summary {
     pub elapsed: Duration,
     /// Everything that went wrong, with the evidence.
     pub violations: Vec<String>,
+    /// The incarnations of the last single-worker round (plan, end, and
+    /// what its worker reported), for post-mortems; not printed.
+    pub last_round: Vec<String>,
     /// Power-cut mode: the run cut the power (the counts below are zero
     /// otherwise).
     pub power_cut_mode: bool,
@@ -1148,6 +1151,7 @@ async fn run_rounds(
         };
         round.planned = planned.iter().cloned().collect();
         let no_faults = round.chaos.is_none();
+        summary.last_round.clear();
         let hits_before = summary.crashpoint_hits.clone();
         let jumps_before = summary.window_jumps;
         let mut outcome = match &server {
@@ -1179,7 +1183,8 @@ async fn run_rounds(
             // retrying it round after round would only end at max_elapsed.
             outcome = Err(format!(
                 "PLANNED CRASH POINTS NOT REACHED in a fault-free round: {unreached:?} (an \
-                 instrumented point no worker reaches, or a harness defect)"
+                 instrumented point no worker reaches, or a harness defect); incarnations: {}",
+                summary.last_round.join("; ")
             ));
         }
         summary.rounds += 1;
@@ -1464,8 +1469,14 @@ impl<'c> Round<'c> {
                 )
                 .await?;
             summary.incarnations += 1;
-            history.push(format!("#{incarnation} {plan:?} -> {end:?}"));
             let text = std::fs::read_to_string(&status).unwrap_or_default();
+            // What the worker said of its orders, beside its plan and end.
+            let said: Vec<&str> = text
+                .lines()
+                .filter(|l| ["DONE", "PARKED", "FAILED", "FATAL"].iter().any(|w| l.starts_with(w)))
+                .collect();
+            history.push(format!("#{incarnation} {plan:?} -> {end:?} {said:?}"));
+            summary.last_round.clone_from(&history);
             last_stderr = std::fs::read_to_string(&stderr).unwrap_or_default();
             let opened = text.lines().find(|l| l.starts_with("OPENED"));
             if opened.is_some() {
