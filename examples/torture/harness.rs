@@ -23,11 +23,11 @@
 //!
 //! Coverage is planned, not left to chance: the first fault-free round
 //! after the span is measured starts with a chain of eight incarnations,
-//! each dying at the first occurrence of the next instrumented point in
-//! workflow order (`charge:sending`, `charge:landed`, ...,
-//! `refund_wire:landed`). Each is certain to be reached, since the
-//! incarnation before died at the previous point, before any order got
-//! past this one; a point not reached all the same (a violation stopped
+//! each running one order at a time and dying at the first occurrence of
+//! the next instrumented point in workflow order (`charge:sending`,
+//! `charge:landed`, ..., `refund_wire:landed`). Each is certain to be
+//! reached, since the incarnation before died at the previous point,
+//! before any order got past this one; a point not reached all the same (a violation stopped
 //! the round) is planned again, and rounds go on past the kill target
 //! until every point was hit ([`Summary::crashpoint_hits`]). At
 //! `charge:landed` the charge's key is also made to outlive the provider's
@@ -980,8 +980,9 @@ impl Planned {
 /// The coverage plan of a run: every instrumented point at its first
 /// occurrence, in workflow order, `charge:landed` being the dedupe-window
 /// jump. Run as a chain by the first incarnations of a fault-free round,
-/// each point is certain to be reached: the incarnation before died at the
-/// previous point, so no order has got past this one yet.
+/// each with one order at a time, each point is certain to be reached: the
+/// incarnation before died at the previous point, so no order has got past
+/// this one yet, and at most the one order that died there is parked.
 fn coverage_plan() -> Vec<Planned> {
     all_crash_points()
         .into_iter()
@@ -1683,6 +1684,16 @@ impl<'c> Round<'c> {
         disk: Option<&PowerCutFs>,
     ) -> Result<(End, bool), String> {
         let mut cut = false;
+        // A planned crash point runs its orders one at a time: with several
+        // lanes, the others' INTENTs can become durable in the same group
+        // commit as the one whose hook kills the worker, so several orders
+        // get past the point at once, and an at_most_once tool parks them
+        // all where the chain needs one to go on (`coverage_plan`).
+        let concurrency = if self.carrying.is_some() {
+            1
+        } else {
+            self.config.concurrency
+        };
         let mut command = tokio::process::Command::from(worker());
         command
             .env(WORKER_ENV, "1")
@@ -1693,7 +1704,7 @@ impl<'c> Round<'c> {
                 format!("{},{}", self.orders[0], self.orders.len()),
             )
             .env(PREFIX_ENV, &self.prefix)
-            .env(CONCURRENCY_ENV, self.config.concurrency.to_string())
+            .env(CONCURRENCY_ENV, concurrency.to_string())
             .envs(providers.addrs().to_env())
             .env_remove(CRASH_ENV)
             .env_remove(ARCHIVE_ENV)
