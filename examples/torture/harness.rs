@@ -1033,10 +1033,7 @@ pub fn count_from_env(var: &str, default: u64) -> u64 {
 /// violation counted instead of stopping at the first one when
 /// `IDEM_TORTURE_KEEP_GOING` is set, and a panic naming the seed to rerun
 /// with unless the summary is clean.
-pub fn run_in_test(
-    mut config: Config,
-    worker: &dyn Fn() -> std::process::Command,
-) -> Summary {
+pub fn run_in_test(mut config: Config, worker: &dyn Fn() -> std::process::Command) -> Summary {
     if std::env::var_os("IDEM_TORTURE_KEEP_GOING").is_some() {
         config.stop_on_violation = false;
     }
@@ -1244,6 +1241,8 @@ struct Round<'c> {
     /// the database restarted under them. Each lets a recovery find an
     /// at_most_once attempt whose outcome nobody knows.
     interrupted: u64,
+    /// Workers of this round paused past their lease (multi-worker).
+    paused: u64,
     /// Per provider, escalations already accounted to its injected faults.
     charged_to_faults: BTreeMap<&'static str, u64>,
 }
@@ -1275,6 +1274,7 @@ impl<'c> Round<'c> {
             carrying: None,
             shift: Arc::new(AtomicU64::new(0)),
             interrupted: 0,
+            paused: 0,
             charged_to_faults: BTreeMap::new(),
         }
     }
@@ -1474,7 +1474,11 @@ impl<'c> Round<'c> {
             // What the worker said of its orders, beside its plan and end.
             let said: Vec<&str> = text
                 .lines()
-                .filter(|l| ["DONE", "PARKED", "FAILED", "FATAL"].iter().any(|w| l.starts_with(w)))
+                .filter(|l| {
+                    ["DONE", "PARKED", "FAILED", "FATAL"]
+                        .iter()
+                        .any(|w| l.starts_with(w))
+                })
                 .collect();
             history.push(format!("#{incarnation} {plan:?} -> {end:?} {said:?}"));
             summary.last_round.clone_from(&history);
@@ -1865,7 +1869,13 @@ impl<'c> Round<'c> {
                 )
             })
             .map_or(0, |i| i + 1);
-        let episode = &history[since..];
+        // ... up to the escalation itself: what a stale worker did after it
+        // (a verify of its own, fenced off) did not lead to it.
+        let until = history[since..]
+            .iter()
+            .position(|e| matches!(e.kind, EventKind::Escalated { .. }))
+            .map_or(history.len(), |i| since + i + 1);
+        let episode = &history[since..until];
         let (provider, stats) = match esc.tool.as_str() {
             "charge" => ("payments", providers.payments().faults().stats()),
             "send_email" => ("email", providers.email().faults().stats()),
@@ -1895,6 +1905,14 @@ impl<'c> Round<'c> {
                 );
                 if recovered && self.interrupted > 0 {
                     return Ok("kill mid-call");
+                }
+                // A worker paused mid-attempt wakes past the attempt's
+                // deadline: its request may have gone out.
+                let timed_out = episode.iter().any(|e| {
+                    matches!(&e.kind, EventKind::Escalated { reason } if reason.contains("timed out"))
+                });
+                if timed_out && self.paused > 0 {
+                    return Ok("paused mid-call");
                 }
                 // A fault that leaves the outcome unknown to the caller.
                 charge_to_faults(&[

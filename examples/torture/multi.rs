@@ -208,8 +208,10 @@ impl Round<'_> {
                 }
                 if matches!(plan, Plan::Pause(_)) {
                     summary.pauses += 1;
-                    // Its calls may have been taken over mid-flight.
+                    // Its calls may have been taken over mid-flight, or
+                    // time out when it wakes.
                     self.interrupted += 1;
+                    self.paused += 1;
                 }
                 match end {
                     End::Signal(9) => {
