@@ -38,7 +38,8 @@ use crate::record::Kind;
 pub struct SledOptions {
     /// sled's page cache size in bytes. Bounds the journal's memory whatever
     /// the number of records (plus the changes since the last checkpoint,
-    /// at most about `checkpoint_bytes`).
+    /// at most about three times `checkpoint_bytes`: under a load that
+    /// outruns checkpoints, writers wait for them).
     pub cache_capacity: u64,
     /// How often sled writes its buffers in the background. Durability
     /// never depends on it (the write-ahead log provides it, and sled only
@@ -47,7 +48,8 @@ pub struct SledOptions {
     /// A checkpoint moves the log into sled once the current log segment
     /// holds this many bytes (default 8 MiB). The changes since the last
     /// checkpoint are also held in memory (as a bounded overlay), so this
-    /// bounds that memory too.
+    /// bounds that memory too: while a checkpoint runs, at most two more
+    /// segments' worth of log is accepted before writers wait for it.
     pub checkpoint_bytes: u64,
     /// Writes made with [`Durability::Eventual`] (dedupe hits, retries,
     /// verify verdicts...) are durable at the latest this long after they
@@ -334,6 +336,13 @@ impl SledJournal {
     #[doc(hidden)]
     pub fn log_fsyncs(&self) -> u64 {
         self.store().fsyncs()
+    }
+
+    /// The largest a write-ahead log segment has grown in this handle (the
+    /// backlog a checkpoint leaves, for tests and benchmarks).
+    #[doc(hidden)]
+    pub fn log_peak_segment_bytes(&self) -> u64 {
+        self.store().peak_segment_bytes()
     }
 }
 
@@ -961,6 +970,57 @@ mod tests {
             .expect("the journal wedged after its runtime shut down");
         let j = SledJournal::open(dir.path()).unwrap();
         assert_eq!(block(j.load(Space::Ops, &K)).unwrap().unwrap().body, b"v");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writers_that_outrun_checkpoints_wait_for_them() {
+        // Small segments and 64 writers: barriers fill a segment far faster
+        // than a checkpoint (sled's apply and its fsyncs) empties one.
+        // Without backpressure each checkpoint covers more than the last
+        // and the log since the last one (mirrored in memory) grows with
+        // the load; with it, a segment stops near BACKLOG × its size.
+        let dir = tempfile::TempDir::new().unwrap();
+        let checkpoint_bytes = 16u64 << 10;
+        let options = SledOptions {
+            checkpoint_bytes,
+            ..SledOptions::default()
+        };
+        let j = Arc::new(SledJournal::open_with(dir.path(), &options).unwrap());
+        let mut tasks = Vec::new();
+        for w in 0..64u16 {
+            let j = j.clone();
+            tasks.push(tokio::spawn(async move {
+                let body = [7u8; 300];
+                for n in 0..150u16 {
+                    let mut key = [0u8; 32];
+                    key[..2].copy_from_slice(&w.to_be_bytes());
+                    key[2..4].copy_from_slice(&n.to_be_bytes());
+                    let w = Write {
+                        key: &key,
+                        ..put(Expect::Absent, &body, &[])
+                    };
+                    assert!(matches!(j.write(w).await.unwrap(), Written::Done { .. }));
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // The flusher waits once the segment reaches the backlog; the
+        // barrier that took it there holds at most one unit per writer
+        // (64 of under 400 bytes).
+        let bound = crate::journal::store::BACKLOG * checkpoint_bytes + 32 * 1024;
+        let peak = j.log_peak_segment_bytes();
+        assert!(
+            peak <= bound,
+            "a log segment grew to {peak} bytes with checkpoints of {checkpoint_bytes}"
+        );
+        drop(j);
+        let j = SledJournal::open(dir.path()).unwrap();
+        let mut key = [0u8; 32];
+        key[..2].copy_from_slice(&63u16.to_be_bytes());
+        key[2..4].copy_from_slice(&149u16.to_be_bytes());
+        assert!(j.load(Space::Ops, &key).await.unwrap().is_some());
     }
 
     #[test]

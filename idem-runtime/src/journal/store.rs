@@ -32,6 +32,12 @@ use super::{ClaimChange, Digest, EventRows, Expect, Loaded, NewEvent, Write, Wri
 use crate::error::Error;
 use crate::record::Kind;
 
+/// How many segments' worth of log (`checkpoint_bytes` each) may pile up
+/// while a checkpoint runs before writers wait for it: bounds the log since
+/// the last checkpoint, and the overlay that holds it in memory, to about
+/// `(BACKLOG + 1) × checkpoint_bytes` whatever the load.
+pub(super) const BACKLOG: u64 = 2;
+
 /// Tunables of a store.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Tuning {
@@ -99,6 +105,8 @@ struct State {
     floor: u64,
     eventual_scheduled: bool,
     checkpointing: bool,
+    /// The largest the current segment has been (for tests of the bound).
+    peak_size: u64,
     /// What the last checkpoint recorded.
     checkpoint: Checkpoint,
 }
@@ -111,6 +119,8 @@ pub(super) struct Store {
     tuning: Tuning,
     state: Mutex<State>,
     idle: Condvar,
+    /// Signalled when a checkpoint ends (see [`BACKLOG`]).
+    checkpointed: Condvar,
     checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// One truncation at a time (it reads outside the state lock).
     truncating: Mutex<()>,
@@ -172,9 +182,11 @@ impl Store {
                 floor: 0,
                 eventual_scheduled: false,
                 checkpointing: false,
+                peak_size: 0,
                 checkpoint,
             }),
             idle: Condvar::new(),
+            checkpointed: Condvar::new(),
             checkpointer: Mutex::new(None),
             truncating: Mutex::new(()),
             fsyncs: std::sync::atomic::AtomicU64::new(0),
@@ -761,6 +773,7 @@ impl Store {
                 }
                 std::mem::swap(&mut buf, &mut st.pending);
                 st.size += buf.len() as u64;
+                st.peak_size = st.peak_size.max(st.size);
                 st.eventual_scheduled = false;
                 (
                     st.file.clone(),
@@ -798,6 +811,11 @@ impl Store {
         }
     }
 
+    /// The largest the current log segment has been so far.
+    pub(super) fn peak_segment_bytes(&self) -> u64 {
+        self.lock().peak_size
+    }
+
     /// fdatasyncs of the log so far.
     pub(super) fn fsyncs(&self) -> u64 {
         self.fsyncs.load(std::sync::atomic::Ordering::Relaxed)
@@ -819,7 +837,22 @@ impl Store {
     /// units still pending go to the new segment.
     fn maybe_rotate(self: &Arc<Self>) {
         let old_gen = {
-            let st = self.lock();
+            let mut st = self.lock();
+            // Backpressure. While a checkpoint runs the current segment
+            // keeps growing, and the overlay with it; under a load that
+            // outruns checkpoints, each would cover more than the last and
+            // memory would grow without bound. Past BACKLOG segments' worth
+            // the flusher waits for the checkpoint, and with it every
+            // writer waiting for a barrier.
+            while st.checkpointing
+                && st.broken.is_none()
+                && st.size >= BACKLOG * self.tuning.checkpoint_bytes
+            {
+                st = self
+                    .checkpointed
+                    .wait(st)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
             if st.size < self.tuning.checkpoint_bytes || st.checkpointing || st.broken.is_some() {
                 return;
             }
@@ -867,6 +900,7 @@ impl Store {
         let outcome = self.checkpoint_inner(gen);
         let mut st = self.lock();
         st.checkpointing = false;
+        self.checkpointed.notify_all();
         match outcome {
             Ok(cp) => {
                 st.checkpoint = cp;
