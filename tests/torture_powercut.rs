@@ -65,23 +65,11 @@ fn assert_clean(summary: &harness::Summary, cuts: u64) {
         "{summary}"
     );
     assert!(summary.prefix_cuts > 0, "{summary}");
-    // Every tool was cut at both of its instrumented points (planned).
-    assert!(
-        summary.crashpoints_missed().is_empty(),
-        "crash points never hit: {:?}\n{summary}",
-        summary.crashpoints_missed()
-    );
-    // Counted by the providers and by the journal after the last cut of
-    // each round, independently of the harness's own bookkeeping: four
-    // effects per order, one durable commit each. (That every large result
+    // Every tool cut at both of its instrumented points; the ledgers and
+    // the journal after each round's last cut count one effect and one
+    // durable commit per tool and order. (That every large result
     // replayed intact is part of `ok()`: a failed one counts as lost.)
-    let expected = summary.workflows * shop::EFFECT_TOOLS.len() as u64;
-    assert!(summary.workflows > 0, "{summary}");
-    assert_eq!(summary.operations, expected, "ledger effects: {summary}");
-    assert_eq!(
-        summary.audited_commits, expected,
-        "audited commits: {summary}"
-    );
+    harness::assert_covered_and_counted(summary);
 }
 
 #[test]

@@ -1029,6 +1029,26 @@ pub fn count_from_env(var: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// What a clean single-worker run must also show: every planned crash
+/// point hit (planned, so a miss is a harness or engine defect, never bad
+/// luck), and, counted by the providers and by the journal independently
+/// of the harness's own bookkeeping, one effect per tool and order in the
+/// ledgers and one commit for each in the audit stream.
+pub fn assert_covered_and_counted(summary: &Summary) {
+    assert!(
+        summary.crashpoints_missed().is_empty(),
+        "crash points never hit: {:?}\n{summary}",
+        summary.crashpoints_missed()
+    );
+    let expected = summary.workflows * EFFECT_TOOLS.len() as u64;
+    assert!(summary.workflows > 0, "{summary}");
+    assert_eq!(summary.operations, expected, "ledger effects: {summary}");
+    assert_eq!(
+        summary.audited_commits, expected,
+        "audited commits: {summary}"
+    );
+}
+
 /// [`run`] for a test: progress and the summary on stdout, every
 /// violation counted instead of stopping at the first one when
 /// `IDEM_TORTURE_KEEP_GOING` is set, and a panic naming the seed to rerun

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use idem::{EventKind, IdemKey, Resolution, Runtime, ToolError};
 use idem_testkit::pg::PgServer;
-use idem_testkit::{Fault, ProviderError, Providers, WireClient, WireReceipt};
+use idem_testkit::{ProviderError, Providers, WireClient, WireReceipt};
 use serde_json::json;
 use support::{idem_bare, idem_command, Bank, Run, ACCOUNT};
 use tokio::io::AsyncBufReadExt;
@@ -37,18 +37,7 @@ impl PgWorker {
             .connect()
             .await
             .expect("the worker connects (and creates the schema)");
-        let ctx = rt.run("refunds");
-        bank.send_wire(&ctx, 1, ACCOUNT.into(), 500)
-            .await
-            .expect("order 1 goes through");
-        providers
-            .wire()
-            .faults()
-            .push(Fault::disconnect_after_apply());
-        let key = match bank.send_wire(&ctx, 2, ACCOUNT.into(), 1999).await {
-            Err(ToolError::Escalated { key, .. }) => key,
-            other => panic!("expected an escalation, got {other:?}"),
-        };
+        let key = support::park_a_wire(&rt, &bank, &providers).await;
         PgWorker {
             rt,
             providers,

@@ -62,6 +62,24 @@ pub struct Worker {
 
 pub const ACCOUNT: &str = "DE89370400440532013000";
 
+/// Run "refunds" on `rt`: order 1's wire goes through, order 2's is cut
+/// off after the bank applied it, so the at_most_once wire is escalated.
+/// Returns order 2's key.
+pub async fn park_a_wire(rt: &Runtime, bank: &Bank, providers: &Providers) -> IdemKey {
+    let ctx = rt.run("refunds");
+    bank.send_wire(&ctx, 1, ACCOUNT.into(), 500)
+        .await
+        .expect("order 1 goes through");
+    providers
+        .wire()
+        .faults()
+        .push(Fault::disconnect_after_apply());
+    match bank.send_wire(&ctx, 2, ACCOUNT.into(), 1999).await {
+        Err(ToolError::Escalated { key, .. }) => key,
+        other => panic!("expected an escalation, got {other:?}"),
+    }
+}
+
 impl Worker {
     /// Starts providers, opens `dir` with the admin API (token file
     /// written) and parks order 2's wire.
@@ -71,18 +89,7 @@ impl Worker {
             client: WireClient::new(providers.addrs().wire),
         };
         let rt = open_with_admin(dir);
-        let ctx = rt.run("refunds");
-        bank.send_wire(&ctx, 1, ACCOUNT.into(), 500)
-            .await
-            .expect("order 1 goes through");
-        providers
-            .wire()
-            .faults()
-            .push(Fault::disconnect_after_apply());
-        let key = match bank.send_wire(&ctx, 2, ACCOUNT.into(), 1999).await {
-            Err(ToolError::Escalated { key, .. }) => key,
-            other => panic!("expected an escalation, got {other:?}"),
-        };
+        let key = park_a_wire(&rt, &bank, &providers).await;
         Worker {
             rt,
             providers,
