@@ -105,7 +105,7 @@ struct State {
     floor: u64,
     eventual_scheduled: bool,
     checkpointing: bool,
-    /// The largest the current segment has been (for tests of the bound).
+    /// The largest a log segment has grown (for tests of the bound).
     peak_size: u64,
     /// What the last checkpoint recorded.
     checkpoint: Checkpoint,
@@ -811,7 +811,7 @@ impl Store {
         }
     }
 
-    /// The largest the current log segment has been so far.
+    /// The largest a log segment has grown so far.
     pub(super) fn peak_segment_bytes(&self) -> u64 {
         self.lock().peak_size
     }
