@@ -32,7 +32,9 @@
 //! round (default 6), `--concurrency N` orders at once per worker
 //! (default 3), `--chaos never|alternate|always` (default alternate),
 //! `--keep-going` to count violations and go on instead of stopping at the
-//! first one.
+//! first one. In power-cut mode, `IDEM_TORTURE_KEEP_DAMAGED=DIR` keeps the
+//! durable state of every journal that did not reopen (and its violation)
+//! under DIR, for a post-mortem.
 //! Exits 1 if anything was duplicated, lost or otherwise wrong.
 //!
 //! Multi-worker mode, on PostgreSQL:

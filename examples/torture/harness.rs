@@ -115,6 +115,9 @@ const WORKER_ID_ENV: &str = "IDEM_TORTURE_WORKER_ID";
 const LEASE_ENV: &str = "IDEM_TORTURE_LEASE_MS";
 /// Set (power-cut mode): each order ends with [`archive_order`].
 const ARCHIVE_ENV: &str = "IDEM_TORTURE_ARCHIVE";
+/// Power-cut mode: a directory where the durable state of every journal
+/// that did not reopen is kept, with its violation, for a post-mortem.
+pub const KEEP_DAMAGED_ENV: &str = "IDEM_TORTURE_KEEP_DAMAGED";
 /// How far (ms) the worker's clock runs ahead of the system clock: the
 /// dedupe-window round's jump (see [`ShiftedClock`]).
 const CLOCK_SHIFT_ENV: &str = "IDEM_TORTURE_CLOCK_SHIFT_MS";
@@ -996,6 +999,26 @@ fn coverage_plan() -> Vec<Planned> {
         .collect()
 }
 
+/// With [`KEEP_DAMAGED_ENV`] set, copies the durable state of the cut disk
+/// (the journal that did not reopen) to a directory of its own under it,
+/// with the violation, for a post-mortem.
+fn keep_damaged(disk: &PowerCutFs, seed: u64, round: u64, violation: &str) {
+    let Some(root) = std::env::var_os(KEEP_DAMAGED_ENV) else {
+        return;
+    };
+    let to = Path::new(&root).join(format!("seed{seed:#x}-round{round}"));
+    let kept = std::fs::create_dir_all(&root)
+        .and_then(|()| disk.save_durable(&to))
+        .and_then(|()| std::fs::write(to.join("VIOLATION.txt"), violation));
+    match kept {
+        Ok(()) => eprintln!("the damaged journal is kept in {}", to.display()),
+        Err(e) => eprintln!(
+            "could not keep the damaged journal in {}: {e}",
+            to.display()
+        ),
+    }
+}
+
 /// A tool of this binary, by name.
 fn descriptor(name: &str) -> Option<&'static idem::ToolDescriptor> {
     idem::tools().find(|t| t.name == name)
@@ -1553,7 +1576,10 @@ impl<'c> Round<'c> {
                         "incarnation {incarnation} (plan {plan:?}): {l}\nincarnations: {}",
                         history.join("; ")
                     );
-                    self.judge_unopenable(true, &what, summary)?;
+                    if let Err(violation) = self.judge_unopenable(true, &what, summary) {
+                        keep_damaged(disk, self.config.seed, self.index, &violation);
+                        return Err(violation);
+                    }
                     // Refused, and nothing acknowledged: the operator
                     // starts the journal over.
                     history.push("refused to open; started over".into());
@@ -1571,7 +1597,10 @@ impl<'c> Round<'c> {
                     );
                     // Never fine (an open must fail with a clear error):
                     // returns the violation.
-                    self.judge_unopenable(false, &what, summary)?;
+                    if let Err(violation) = self.judge_unopenable(false, &what, summary) {
+                        keep_damaged(disk, self.config.seed, self.index, &violation);
+                        return Err(violation);
+                    }
                 }
                 if cut_now || died {
                     continue;
