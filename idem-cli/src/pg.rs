@@ -5,8 +5,7 @@
 
 use std::time::Duration;
 
-use idem_runtime::{PostgresOptions, Runtime};
-use tokio_postgres::config::Host;
+use idem_runtime::{PostgresJournal, PostgresOptions, Runtime};
 use tokio_postgres::{Config, NoTls};
 
 use crate::error::CliError;
@@ -61,7 +60,8 @@ pub async fn connect(url: &str, keep: Option<Duration>) -> Result<Runtime, CliEr
     if config.get_application_name().is_none() {
         config.application_name("idem-cli");
     }
-    let location = location(&config);
+    // Parsed above, so this cannot fail; never the password.
+    let location = PostgresJournal::redacted_url(url).unwrap_or_default();
     probe(&config, &location).await?;
     let mut builder = Runtime::builder();
     if let Some(keep) = keep {
@@ -159,45 +159,21 @@ fn with_causes(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// `postgres://user@host:port/db`: the connection's target, never its
-/// password.
-fn location(config: &Config) -> String {
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .map(|h| match h {
-            Host::Tcp(name) => name.clone(),
-            #[cfg(unix)]
-            Host::Unix(path) => path.display().to_string(),
-        })
-        .collect();
-    let port = config
-        .get_ports()
-        .first()
-        .map(|p| format!(":{p}"))
-        .unwrap_or_default();
-    format!(
-        "postgres://{}@{}{port}/{}",
-        config.get_user().unwrap_or(""),
-        hosts.join(","),
-        config.get_dbname().unwrap_or("")
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_location_leaves_the_password_out() {
-        let config: Config = "postgres://ops:s3cret@db.internal:6432/idem"
-            .parse()
-            .unwrap();
-        assert_eq!(location(&config), "postgres://ops@db.internal:6432/idem");
-        let config: Config = "postgres://postgres@/idem?host=/run/idem-pg"
-            .parse()
-            .unwrap();
-        assert_eq!(location(&config), "postgres://postgres@/run/idem-pg/idem");
+        let at = |url| PostgresJournal::redacted_url(url).unwrap();
+        assert_eq!(
+            at("postgres://ops:s3cret@db.internal:6432/idem"),
+            "postgres://ops@db.internal:6432/idem"
+        );
+        assert_eq!(
+            at("postgres://postgres@/idem?host=/run/idem-pg"),
+            "postgres://postgres@/run/idem-pg/idem"
+        );
     }
 
     #[test]

@@ -256,6 +256,20 @@ WITH rec AS (
 )";
 
 impl PostgresJournal {
+    /// Where `url` points, without its password:
+    /// `postgres://user@host:port/db` (a unix socket directory as the
+    /// host). What the journal's own errors name; for tools that report
+    /// on a URL before connecting to it.
+    ///
+    /// ```
+    /// use idem_runtime::PostgresJournal;
+    /// let at = PostgresJournal::redacted_url("postgres://ops:s3cret@db.internal:6432/idem");
+    /// assert_eq!(at.unwrap(), "postgres://ops@db.internal:6432/idem");
+    /// ```
+    pub fn redacted_url(url: &str) -> Result<String, Error> {
+        parse_config(url).map(|config| location_of(&config))
+    }
+
     /// Connects to the database at `url` (a `postgres://` URL or a
     /// `key=value` connection string; `host=/path` is a unix socket
     /// directory), creating or checking the schema, with default options.
