@@ -9,6 +9,7 @@ use std::time::Duration;
 use idem::{
     tool, Class, Classify, Ctx, EventKind, Failure, KeyPart, OnDrift, Runtime, ToolError, Verdict,
 };
+use idem_testkit::engine::events;
 use serde::{Deserialize, Serialize};
 
 /// A provider failure the test scripts.
@@ -78,15 +79,6 @@ fn runtime() -> (tempfile::TempDir, Runtime) {
     let dir = tempfile::tempdir().unwrap();
     let rt = Runtime::open(dir.path()).unwrap();
     (dir, rt)
-}
-
-async fn events(rt: &Runtime) -> Vec<EventKind> {
-    rt.audit(0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.kind)
-        .collect()
 }
 
 #[tool(

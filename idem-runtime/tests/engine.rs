@@ -24,15 +24,6 @@ fn verify_for(class: Class) -> VerifyMode {
     }
 }
 
-async fn events(rt: &Runtime) -> Vec<EventKind> {
-    rt.audit(0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.kind)
-        .collect()
-}
-
 async fn count(rt: &Runtime, pred: impl Fn(&EventKind) -> bool) -> usize {
     events(rt).await.iter().filter(|k| pred(k)).count()
 }
@@ -324,9 +315,7 @@ async fn dead_owner_provider_outside_dedupe_window_escalates() {
     let (rt, _) = crash_mid_call_with(t, &p, Step::LandThenHang, Some(clock.clone())).await;
     clock.advance(Duration::from_secs(25 * 3600));
     let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
-    let ToolError::Escalated { reason, .. } = err else {
-        panic!("{err:?}")
-    };
+    let reason = escalation_reason(err);
     assert!(reason.contains("dedupe window"), "{reason}");
     assert_eq!(p.calls(), 1, "a key the provider forgot is never re-sent");
 }
@@ -337,9 +326,7 @@ async fn dead_owner_provider_out_of_budget_escalates() {
     let p = Provider::deduping(&[]);
     let (rt, _) = crash_mid_call_with(t, &p, Step::LandThenHang, None).await;
     let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
-    let ToolError::Escalated { reason, .. } = err else {
-        panic!("{err:?}")
-    };
+    let reason = escalation_reason(err);
     assert!(reason.contains("1 of 1 attempts"), "{reason}");
     assert_eq!(p.calls(), 1);
 }
@@ -413,9 +400,7 @@ async fn dead_owner_journal_verify_unknown_error_or_none_escalates() {
         let err = call(&rt.run("run"), tool("t", Class::Journal), &p, 1, "a", mode)
             .await
             .unwrap_err();
-        let ToolError::Escalated { reason, .. } = err else {
-            panic!("{err:?}")
-        };
+        let reason = escalation_reason(err);
         assert!(reason.contains(expect), "{reason}");
         assert_eq!(p.calls(), 1);
         let esc = rt.escalations().await.unwrap();
@@ -802,9 +787,7 @@ async fn ambiguous_at_most_once_escalates_and_never_retries() {
     let err = call1(&rt, tool("t", Class::AtMostOnce), &p, VerifyMode::None)
         .await
         .unwrap_err();
-    let ToolError::Escalated { reason, .. } = err else {
-        panic!("{err:?}")
-    };
+    let reason = escalation_reason(err);
     assert!(reason.contains("never retries"), "{reason}");
     assert_eq!(p.calls(), 1);
     assert_eq!(
@@ -890,9 +873,7 @@ async fn budget_spent_with_ambiguity_escalates() {
             // The provider tool retried the same key three times; the
             // outcome is still unknown.
             Class::Provider => {
-                let ToolError::Escalated { reason, .. } = err else {
-                    panic!("{err:?}")
-                };
+                let reason = escalation_reason(err);
                 assert!(reason.contains("budget spent"), "{reason}");
                 assert_eq!(p.calls(), 3);
             }
@@ -1003,9 +984,7 @@ async fn max_elapsed_counts_across_restarts() {
     let (rt, _) = crash_mid_call_with(t, &p, Step::Hang, Some(clock.clone())).await;
     clock.advance(Duration::from_secs(2 * 3600));
     let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
-    let ToolError::Escalated { reason, .. } = err else {
-        panic!("{err:?}")
-    };
+    let reason = escalation_reason(err);
     assert!(reason.contains("max_elapsed"), "{reason}");
     assert_eq!(p.calls(), 1);
 }
@@ -1062,9 +1041,7 @@ async fn timeout_makes_an_attempt_ambiguous() {
     });
     let p = Provider::new(&[Step::LandThenHang]);
     let err = call1(&rt, t, &p, VerifyMode::None).await.unwrap_err();
-    let ToolError::Escalated { reason, .. } = err else {
-        panic!("{err:?}")
-    };
+    let reason = escalation_reason(err);
     assert!(reason.contains("timed out"), "{reason}");
     // journal: an overrun is verified, found, committed.
     let t = tool_with("t2", Class::Journal, |d| {

@@ -343,15 +343,6 @@ async fn a_failed_commit_sync_is_reported_then_verified_or_escalated() {
     }
 }
 
-async fn events(rt: &Runtime) -> Vec<EventKind> {
-    rt.audit(0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.kind)
-        .collect()
-}
-
 #[tokio::test(start_paused = true)]
 async fn audit_stream_is_durable_ordered_live_and_exportable() {
     let dir = TempDir::new().unwrap();

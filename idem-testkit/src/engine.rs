@@ -11,8 +11,8 @@ use std::time::Duration;
 #[allow(unused_imports)]
 use idem_runtime::__private::{self, Capture, CaptureOpaque as _, CaptureSerialize as _};
 use idem_runtime::{
-    Args, Class, Classify, Ctx, Failure, IdemKey, OnDrift, RetryPolicy, Runtime, ToolDescriptor,
-    ToolError, Verdict,
+    Args, Class, Classify, Ctx, EventKind, Failure, IdemKey, OnDrift, RetryPolicy, Runtime,
+    ToolDescriptor, ToolError, Verdict,
 };
 use tokio::sync::watch;
 
@@ -377,4 +377,22 @@ pub async fn call1(
 /// Opens a sled journal's runtime, panicking on failure.
 pub fn open(dir: &std::path::Path) -> Runtime {
     Runtime::open(dir).expect("open journal")
+}
+
+/// The kinds of every event in `rt`'s audit stream, in order.
+pub async fn events(rt: &Runtime) -> Vec<EventKind> {
+    rt.audit(0)
+        .await
+        .expect("read the audit stream")
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
+}
+
+/// The reason of an escalation; panics, showing the error, on anything else.
+pub fn escalation_reason<E: std::fmt::Debug>(err: ToolError<E>) -> String {
+    match err {
+        ToolError::Escalated { reason, .. } => reason,
+        other => panic!("expected an escalation, got {other:?}"),
+    }
 }

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 pub use idem_testkit::engine::{
-    args, call, call1, key, open, tool, tool_with, ScriptedProvider as Provider, Step, TestError,
-    VerifyMode,
+    args, call, call1, escalation_reason, events, key, open, tool, tool_with,
+    ScriptedProvider as Provider, Step, TestError, VerifyMode,
 };
 pub use idem_testkit::{FaultyJournal, MemJournal, StorageFault};
 
