@@ -580,33 +580,13 @@ async fn story(
 
     out.section("8. Per-tool counts (rt.stats())");
     report.stats = rt.stats().await?;
-    out.line(format!(
-        "  {:<13} {:>5} {:>8} {:>7} {:>7} {:>8} {:>7} {:>6} {:>7} {:>9}",
-        "tool",
-        "calls",
-        "attempts",
-        "retries",
-        "dedupe",
-        "replayed",
-        "recover",
-        "verify",
-        "commits",
-        "escalated"
-    ));
-    for (tool, s) in &report.stats.tools {
-        out.line(format!(
-            "  {:<13} {:>5} {:>8} {:>7} {:>7} {:>8} {:>7} {:>6} {:>7} {:>9}",
-            tool,
-            s.calls,
-            s.attempts,
-            s.retries,
-            s.dedupe_hits,
-            s.provider_replays,
-            s.recoveries,
-            s.verifications,
-            s.commits,
-            s.escalations
-        ));
+    // The table `idem stats` prints.
+    let view = idem::admin::StatsView {
+        stats: report.stats.clone(),
+        journal_bytes: rt.size_on_disk().await?,
+    };
+    for line in idem_cli::render::stats(&view).lines() {
+        out.line(format!("  {line}").trim_end());
     }
     out.line(
         "  (read_only calls are counted per process and not journaled: this process made none)",
