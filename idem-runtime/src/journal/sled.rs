@@ -709,15 +709,19 @@ impl Drop for SledJournal {
             std::thread::sleep(Duration::from_micros(100));
         }
         drop(store);
-        // sled's I/O threads may still hold its data file for a moment after
-        // the last handle is gone. Wait (briefly, boundedly) until its lock
-        // is free, so that dropping the journal means it can be reopened.
-        let data = self.path.join("db");
-        for _ in 0..2000 {
-            match fs::File::open(&data).map(|f| f.try_lock()) {
-                Ok(Ok(())) | Err(_) => return,
-                Ok(Err(_)) => std::thread::sleep(Duration::from_millis(1)),
-            }
+        wait_until_sled_lets_go(&self.path);
+    }
+}
+
+/// sled's I/O threads may still hold its data file (and the lock on it) for
+/// a moment after the last handle is gone. Waits, briefly and boundedly,
+/// until the lock is free, so that a dropped database can be reopened.
+fn wait_until_sled_lets_go(dir: &Path) {
+    let data = dir.join("db");
+    for _ in 0..2000 {
+        match fs::File::open(&data).map(|f| f.try_lock()) {
+            Ok(Ok(())) | Err(_) => return,
+            Ok(Err(_)) => std::thread::sleep(Duration::from_millis(1)),
         }
     }
 }
@@ -887,6 +891,9 @@ mod tests {
             db.insert(b"someone", b"else's data").unwrap();
             db.flush().unwrap();
         }
+        // The foreign sled's own threads let go of its lock after the drop,
+        // not at it (CI once raced here: the reopen below found it held).
+        wait_until_sled_lets_go(dir.path());
         let err = SledJournal::open(dir.path()).unwrap_err();
         assert!(matches!(err, Error::NotAJournal { .. }), "{err}");
         let db = sled::open(dir.path()).unwrap();
