@@ -425,6 +425,10 @@ pub struct Summary {
     /// Large results (sled blobs) that replayed intact after the round's
     /// last cut.
     pub large_results: u64,
+    /// Opens after a cut that found sled's files damaged and rebuilt them
+    /// from the journal's image and log (each leaves a `sled-damaged.*`
+    /// directory, counted at the round's end).
+    pub repairs: u64,
     /// Multi-worker mode: the number of worker processes (0: one at a
     /// time, on sled).
     pub workers: usize,
@@ -556,8 +560,8 @@ impl Summary {
         write!(
             f,
             "power-cut summary: seed={:#x} power_cuts={} duplicates={} lost={} \
-             reopen_failures={} refused_opens={} forgotten={} audit_gaps={} large_results={} \
-             violations={} \
+             reopen_failures={} refused_opens={} repairs={} forgotten={} audit_gaps={} \
+             large_results={} violations={} \
              (cuts: random={} crashpoint={} after_exit={} prefix_kept={}; \
              writes_dropped={} writes_torn={} entries_undone={}) operations={} audited_commits={} \
              escalations={} ({}; landed={} reissued={}; justified: {}) crashpoints hit: {} \
@@ -570,6 +574,7 @@ impl Summary {
             self.lost,
             self.reopen_failures,
             self.refused_opens,
+            self.repairs,
             self.forgotten,
             self.audit_gaps,
             self.large_results,
@@ -2076,7 +2081,10 @@ impl<'c> Round<'c> {
 
         // 2. The journal: reopens, nothing parked, one commit per operation.
         let rt = match journal.open().await {
-            Ok(rt) => rt,
+            Ok(rt) => {
+                summary.repairs += journal.repairs();
+                rt
+            }
             Err((clear, e)) => {
                 let what = format!("the journal did not reopen: {e}");
                 if self.config.power_cut_mode() {
@@ -2280,6 +2288,20 @@ enum JournalAt {
 
 impl JournalAt {
     /// Opens it; `Err((clear, why))` as [`open_journal`].
+    /// How many times sled's files were set aside and rebuilt (sled
+    /// journals only).
+    fn repairs(&self) -> u64 {
+        match self {
+            JournalAt::Dir(dir) => std::fs::read_dir(dir).map_or(0, |entries| {
+                entries
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("sled-damaged."))
+                    .count() as u64
+            }),
+            JournalAt::Postgres(_) => 0,
+        }
+    }
+
     async fn open(&self) -> Result<Runtime, (bool, String)> {
         match self {
             JournalAt::Dir(dir) => open_journal(dir),

@@ -4,7 +4,7 @@
 //! its data directory.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write as _};
+use std::io;
 use std::path::Path;
 
 /// Options for a new file only its owner may read, opened for writing.
@@ -31,15 +31,38 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 /// the rename and the directory after it, so that the new contents survive
 /// a power cut once this returns.
 pub(crate) fn replace(dir: &Path, name: &str, parts: &[&[u8]], durable: bool) -> io::Result<()> {
+    replace_with(dir, name, durable, |f| {
+        for part in parts {
+            f.write_all(part)?;
+        }
+        Ok(())
+    })
+}
+
+/// [`replace`] with contents written by `fill` (through a buffer), for a
+/// file too large to assemble in memory first. If `fill` fails, the
+/// temporary file is removed and the old file stays.
+pub(crate) fn replace_with(
+    dir: &Path,
+    name: &str,
+    durable: bool,
+    fill: impl FnOnce(&mut dyn io::Write) -> io::Result<()>,
+) -> io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
-    let mut f = options().create(true).truncate(true).open(&tmp)?;
-    for part in parts {
-        f.write_all(part)?;
+    let written = (|| {
+        let f = options().create(true).truncate(true).open(&tmp)?;
+        let mut w = io::BufWriter::with_capacity(1 << 20, f);
+        fill(&mut w)?;
+        let f = w.into_inner().map_err(io::IntoInnerError::into_error)?;
+        if durable {
+            f.sync_all()?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
     }
-    if durable {
-        f.sync_all()?;
-    }
-    drop(f);
     fs::rename(&tmp, dir.join(name))?;
     if durable {
         sync_dir(dir)?;

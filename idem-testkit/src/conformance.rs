@@ -1190,6 +1190,10 @@ pub async fn a_stale_owner_is_fenced_and_returns_no_wrong_answer(b: &dyn Backend
         // SIGCONT: the stale call's answer arrives.
         p.release();
         let woke = first.await.unwrap();
+        // The stale worker records the refusal with eventual durability:
+        // its sync makes it visible to every reader (CI once read the
+        // stream before it landed).
+        stale.journal().sync().await.unwrap();
         match class {
             Class::Provider | Class::Journal => {
                 assert_eq!(taken.unwrap(), "done:a", "{}: {class}", b.name());

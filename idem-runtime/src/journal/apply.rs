@@ -12,7 +12,10 @@
 //! After applying, [`sync_sled`] makes sled's files durable — its data
 //! file, its blob files and their directory, its snapshots and the journal
 //! directory (sled fsyncs none of the blobs, nor any directory) — before
-//! the checkpoint file says so and the log segments go.
+//! the checkpoint file says so. That is not enough on its own: sled counts
+//! its own writes stable after `sync_file_range`, so a later power cut can
+//! still damage what this made durable; the journal's image and log repair
+//! it (`image.rs`, `repair.rs`).
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};

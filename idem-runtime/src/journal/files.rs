@@ -1,4 +1,4 @@
-//! The sled journal's own small files: `idem-meta` (what the directory is,
+//! The sled journal's directory and its own small files: `idem-meta` (what the directory is,
 //! written once, before anything else) and `idem-checkpoint` (what sled
 //! held at the last checkpoint). Both are replaced atomically: written to a
 //! temporary name, fsynced, renamed, and the directory fsynced.
@@ -31,7 +31,8 @@ pub(super) struct Meta {
 /// What sled held when the last checkpoint finished.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct Checkpoint {
-    /// Every log segment up to this generation is in sled (and may be gone).
+    /// Every log segment up to this generation is in sled (and kept until
+    /// an image covers it).
     pub gen: u64,
     /// Digest of everything sled holds.
     pub xor: u64,
@@ -85,7 +86,28 @@ const ADMIN: [&str; 2] = ["idem-admin-token", "idem-admin-addr"];
 
 /// Whether a file name is one of these files (or their temporaries).
 pub(super) fn is_own(name: &str) -> bool {
-    [META, CHECKPOINT, ADMIN[0], ADMIN[1]]
+    [META, CHECKPOINT, super::image::IMAGE, ADMIN[0], ADMIN[1]]
         .iter()
         .any(|f| name == *f || name.strip_suffix(".tmp") == Some(f))
+}
+
+/// Files sled 0.34 keeps in its directory.
+pub(super) fn is_sled_file(name: &str) -> bool {
+    name == "conf" || name == "db" || name == "blobs" || name.starts_with("snap.")
+}
+
+/// Creates the journal directory, readable by its owner only, durably.
+pub(super) fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(path)?;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        private_files::sync_dir(parent)?;
+    }
+    Ok(())
 }

@@ -691,26 +691,63 @@ mod tests {
     use super::*;
 
     #[test]
-    fn damaged_sled_settings_are_damage_not_a_storage_error() {
+    fn damaged_sled_settings_are_repaired_from_the_log_or_refused_as_damage() {
         // Found by the `journal_files` harness: one flipped bit in sled's
         // `conf` made sled refuse it as written by "a sled version earlier
-        // than 0.29", which the journal reported as a storage error.
-        let conf = snapshot()
+        // than 0.29", which the journal reported as a storage error. It is
+        // damage: repaired from the journal's own copy (here the whole log,
+        // no image yet) when that copy is whole, refused naming `conf` when
+        // it is not.
+        use crate::journal::Journal;
+        let snap = snapshot();
+        let conf = snap
             .files
             .iter()
             .position(|(name, _)| name == "conf")
-            .expect("sled has a settings file") as u8;
-        let input = [conf, 0x80, 0, 0];
-        assert_eq!(journal_files(&input), Outcome::Rejected);
-        let mut files = snapshot().files.clone();
-        files[usize::from(conf)].1[0] ^= 0x81;
+            .expect("sled has a settings file");
+        assert_eq!(journal_files(&[conf as u8, 0x80, 0, 0]), Outcome::Decoded);
+        let mut files = snap.files.clone();
+        files[conf].1[0] ^= 0x81;
+
+        let dir = scratch_dir("conf");
+        write_files(&dir, &files);
+        let j = super::super::SledJournal::open(&dir).expect("repaired");
+        for t in &snap.records {
+            let loaded = block_on(j.load(t.space, &t.key)).unwrap();
+            assert_eq!(
+                loaded.map(|l| l.body),
+                Some(t.body.clone()),
+                "record {}",
+                t.key[0]
+            );
+        }
+        drop(j);
+        let aside: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("sled-damaged."))
+            .collect();
+        assert_eq!(aside.len(), 1, "the damaged files are kept aside");
+        let kept = std::fs::read(aside[0].path().join("conf")).unwrap();
+        assert_eq!(kept, files[conf].1, "as they were found");
+        let _ = std::fs::remove_dir_all(&dir);
+
+        // Without the log's first segment there is no whole copy.
+        let first = files
+            .iter()
+            .position(|(name, _)| name == "idem-wal.0000000000000001")
+            .expect("the log's first segment is kept");
+        files.remove(first);
         let dir = scratch_dir("conf");
         write_files(&dir, &files);
         let err = super::super::SledJournal::open(&dir).map(drop).unwrap_err();
+        let names = read_files(&dir).len();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(
-            matches!(&err, crate::Error::Damaged { file, .. } if file.ends_with("conf")),
+            matches!(&err, crate::Error::Damaged { file, detail, .. }
+                if file.ends_with("conf") && detail.contains("not repaired")),
             "{err}"
         );
+        assert_eq!(names, files.len(), "nothing was deleted or moved");
     }
 }

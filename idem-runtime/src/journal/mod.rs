@@ -40,9 +40,11 @@ mod events;
 mod files;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod fuzzing;
+mod image;
 mod local;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod repair;
 mod sled;
 mod store;
 mod stored;

@@ -1,6 +1,8 @@
 //! The embedded journal: sled 0.34 holds the state as of the last
 //! checkpoint, a write-ahead log (`wal.rs`) everything since, and the
-//! store (`store.rs`) serves both.
+//! store (`store.rs`) serves both. The log segments a checkpoint applied
+//! stay, with an image of sled (`image.rs`), as a second copy of sled's
+//! content: sled alone does not survive power loss intact.
 //!
 //! Opening, in order, changes nothing until it knows the directory is a
 //! journal of this format and its log is readable:
@@ -13,19 +15,21 @@
 //!    rules (only a torn tail of the newest segment may be dropped);
 //! 4. sled, then the segments applied to it, then sled's content checked
 //!    against the checkpoint's digest plus the segments' changes (see
-//!    `digest.rs`): damage in sled's files is an error, never absence;
-//! 5. a checkpoint, after which the old segments go, and a fresh segment.
+//!    `digest.rs`): damage in sled's files is never absence; it is
+//!    repaired from the image and the kept log when they are whole, and
+//!    refused otherwise (`repair.rs`);
+//! 5. a checkpoint, and a fresh segment.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::apply::{self, Trees};
-use super::digest::Digest as ContentDigest;
+use super::apply;
 use super::files::{self, Checkpoint, Meta};
 use super::store::{Store, Tuning};
 use super::wal::{self, Tree, Unit};
+use super::{image, repair};
 use super::{
     BoxFuture, Digest, Durability, EventRows, Journal, Loaded, Local, NewEvent, Space, Write,
     Written,
@@ -91,14 +95,12 @@ impl std::fmt::Debug for SledJournal {
     }
 }
 
-/// Files sled 0.34 keeps in its directory.
-fn is_sled_file(name: &str) -> bool {
-    name == "conf" || name == "db" || name == "blobs" || name.starts_with("snap.")
-}
-
 /// Files a journal directory holds.
 fn is_journal_file(name: &str) -> bool {
-    is_sled_file(name) || wal::is_segment(name) || files::is_own(name)
+    files::is_sled_file(name)
+        || wal::is_segment(name)
+        || files::is_own(name)
+        || name.starts_with(repair::SET_ASIDE)
 }
 
 fn now_ms() -> u64 {
@@ -143,7 +145,8 @@ impl SledJournal {
                 names
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                create_private_dir(&path).map_err(storage("create the journal directory"))?;
+                files::create_private_dir(&path)
+                    .map_err(storage("create the journal directory"))?;
                 Vec::new()
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
@@ -235,49 +238,35 @@ impl SledJournal {
             .map_or(checkpoint.gen, |s| s.0)
             .max(checkpoint.gen);
 
-        // 4. sled, the log applied to it, and the check. sled writes a
-        // snapshot as `snap.<lsn>.generating`, then renames it; a process
-        // killed in between leaves the partial file, which sled 0.34 would
-        // pick (it sorts last) and report as corruption. It is never
-        // anything but garbage: sled rebuilds snapshots from its log.
-        remove_partial_snapshots(&path).map_err(storage("remove a partial snapshot"))?;
-        // sled 0.34 panics on some kinds of damage in its files: that is a
-        // refusal to open, not a crash of the caller.
-        let (trees, applied, found, last_seq) = catch_sled_panic(&path, || {
-            let db = sled::Config::new()
-                .path(&path)
-                .cache_capacity(options.cache_capacity)
-                .flush_every_ms(options.flush_every_ms)
-                .open()
-                .map_err(|e| map_open_error(e, &path))?;
-            let trees =
-                Trees::open(db).map_err(|e| Error::storage("open sled's trees", &location, e))?;
-            // sled may open its files cleanly and report their damage only
-            // when the log is replayed into it or when its entries are read.
-            let failed = |op: &'static str| {
-                let (path, location) = (&path, &location);
-                move |f: apply::Failed| match f {
-                    apply::Failed::Damaged(detail) => Error::Damaged {
-                        file: path.join("db"),
-                        offset: None,
-                        detail: format!("{op}: {detail}"),
-                    },
-                    apply::Failed::Io(detail) => Error::storage(op, location, detail),
-                }
-            };
-            let applied =
-                apply::apply(&trees, &units).map_err(failed("replay the write-ahead log"))?;
-            let (found, last_seq) =
-                apply::scan_digest(&trees).map_err(failed("check sled's content"))?;
-            Ok((trees, applied, found, last_seq))
-        })?;
-        let mut expected = checkpoint.digest();
-        expected.apply(applied.delta.xor, applied.delta.count);
-        if found != expected {
-            return Err(damaged_sled(&path, found, expected));
-        }
+        // 4. sled, the log applied to it, and the check; damage repaired from
+        // the image and the kept log when they are whole (`repair.rs`).
+        let image_gen = match image::covered_gen(&path) {
+            Ok(gen) => gen.unwrap_or(0),
+            Err(e) => {
+                // Needed only to repair sled: a new one is written soon
+                // (the log it covered counts as kept until then).
+                tracing::warn!(target: "idem::journal", location = %location, error = %e, "the journal's image is unreadable; a new one will be written");
+                0
+            }
+        };
+        let _ = fs::remove_file(path.join(format!("{}.tmp", image::IMAGE)));
+        let opened = repair::open(
+            &path,
+            &location,
+            repair::SledSettings {
+                cache_capacity: options.cache_capacity,
+                flush_every_ms: options.flush_every_ms,
+            },
+            &checkpoint,
+            &segments,
+            &units,
+        )?;
+        let (trees, applied, expected, last_seq) =
+            (opened.trees, opened.applied, opened.digest, opened.last_seq);
 
-        // 5. A checkpoint, then a fresh segment.
+        // 5. A checkpoint, then a fresh segment. The segments stay (the
+        // copy that repairs sled) except those an image covers, whose
+        // removal was cut short.
         apply::sync_sled(&path, &trees).map_err(storage("make sled durable"))?;
         let cp = Checkpoint {
             gen: last_gen,
@@ -292,13 +281,16 @@ impl SledJournal {
                 .map_or(checkpoint.next_lsn, |l| (l + 1).max(checkpoint.next_lsn)),
         };
         files::write(&path, files::CHECKPOINT, Kind::Checkpoint, &cp)?;
-        wal::remove_up_to(&path, last_gen).map_err(storage("remove replayed log segments"))?;
+        wal::remove_up_to(&path, image_gen)
+            .map_err(storage("remove log segments the image covers"))?;
         restrict_sled_files(&path);
+        let image_bytes = fs::metadata(path.join(image::IMAGE)).map_or(0, |m| m.len());
         let store = Store::start(
             path.clone(),
             location.clone(),
             trees,
             cp,
+            (image_gen, image_bytes),
             Tuning {
                 checkpoint_bytes: options.checkpoint_bytes,
                 eventual_delay: options.eventual_delay,
@@ -319,7 +311,7 @@ impl SledJournal {
         &self.path
     }
 
-    fn store(&self) -> &Arc<Store> {
+    pub(super) fn store(&self) -> &Arc<Store> {
         self.store
             .as_ref()
             .expect("the journal is open until dropped")
@@ -365,8 +357,8 @@ fn read_log(
     let newest = segments.last().map(|s| s.0);
     for (gen, file) in segments {
         if *gen <= checkpoint.gen {
-            // Applied by that checkpoint, whose removal of them was cut
-            // short; removed by the checkpoint this open makes.
+            // Applied by that checkpoint; kept as the copy that repairs
+            // sled, until an image covers them.
             continue;
         }
         if *gen != expected_gen {
@@ -407,108 +399,13 @@ fn read_log(
     Ok(units)
 }
 
-fn damaged_sled(path: &Path, found: ContentDigest, expected: ContentDigest) -> Error {
-    let what = match found.count.cmp(&expected.count) {
-        std::cmp::Ordering::Less => format!("{} entries are missing", expected.count - found.count),
-        std::cmp::Ordering::Greater => format!(
-            "{} entries more than recorded",
-            found.count - expected.count
-        ),
-        std::cmp::Ordering::Equal => "entries were changed".to_string(),
-    };
-    Error::Damaged {
-        file: path.join("db"),
-        offset: None,
-        detail: format!(
-            "sled's data does not match the last checkpoint and the write-ahead log: {what} \
-             ({} entries found, {} recorded; digest {:016x}, recorded {:016x}); sled may have \
-             dropped records after damage in its files. Restore the directory from a backup; \
-             nothing was deleted",
-            found.count, expected.count, found.xor, expected.xor
-        ),
-    }
-}
-
-/// Runs `f`, turning a panic inside sled into a refusal to open.
-fn catch_sled_panic<T>(path: &Path, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(out) => out,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
-            Err(Error::Damaged {
-                file: path.join("db"),
-                offset: None,
-                detail: format!("sled could not read its files ({what})"),
-            })
-        }
-    }
-}
-
-fn remove_partial_snapshots(path: &Path) -> std::io::Result<()> {
-    for entry in fs::read_dir(path)? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("snap.") && name.ends_with(".generating") {
-            fs::remove_file(entry.path())?;
-        }
-    }
-    Ok(())
-}
-
-fn map_open_error(e: sled::Error, path: &Path) -> Error {
-    let text = e.to_string();
-    if text.contains("could not acquire lock") {
-        Error::InUse {
-            path: path.to_path_buf(),
-        }
-    } else if let sled::Error::Corruption { .. } = e {
-        Error::Damaged {
-            file: path.join("db"),
-            offset: None,
-            detail: format!("sled reports corruption: {text}"),
-        }
-    } else if let sled::Error::Unsupported(_) = e {
-        // Our metadata already showed a journal of this format, written by
-        // this sled: sled refusing its own settings file as another
-        // version's means that file is damaged (it only warns on a bad
-        // checksum there, then parses what it finds).
-        Error::Damaged {
-            file: path.join("conf"),
-            offset: None,
-            detail: format!("sled refuses its settings: {text}"),
-        }
-    } else {
-        Error::storage("open", &path.display().to_string(), text)
-    }
-}
-
-/// Creates the journal directory, readable by its owner only, durably.
-fn create_private_dir(path: &Path) -> std::io::Result<()> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        builder.mode(0o700);
-    }
-    builder.create(path)?;
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        wal::sync_dir(parent)?;
-    }
-    Ok(())
-}
-
 /// Removes what a creation cut short may have left (sled's files, stale
 /// temporaries): called only when nothing was ever acknowledged.
 fn clear_unfinished_creation(path: &Path) -> std::io::Result<()> {
     for entry in fs::read_dir(path)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if is_sled_file(&name) || name.ends_with(".tmp") {
+        if files::is_sled_file(&name) || name.ends_with(".tmp") {
             if entry.file_type()?.is_dir() {
                 fs::remove_dir_all(entry.path())?;
             } else {
@@ -552,7 +449,7 @@ fn restrict_sled_files(path: &Path) {
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !is_sled_file(&name) {
+            if !files::is_sled_file(&name) {
                 continue;
             }
             let mode = if entry.path().is_dir() { 0o700 } else { 0o600 };
@@ -699,6 +596,7 @@ impl Drop for SledJournal {
             tracing::warn!(target: "idem::journal", location = %self.location, error = %e, "closing: the last writes could not be made durable");
         }
         store.join_checkpointer();
+        store.stop_imaging();
         // A flusher on the blocking pool holds the store (and through it
         // sled): wait until it has let go.
         store.wait_idle();
@@ -709,20 +607,7 @@ impl Drop for SledJournal {
             std::thread::sleep(Duration::from_micros(100));
         }
         drop(store);
-        wait_until_sled_lets_go(&self.path);
-    }
-}
-
-/// sled's I/O threads may still hold its data file (and the lock on it) for
-/// a moment after the last handle is gone. Waits, briefly and boundedly,
-/// until the lock is free, so that a dropped database can be reopened.
-fn wait_until_sled_lets_go(dir: &Path) {
-    let data = dir.join("db");
-    for _ in 0..2000 {
-        match fs::File::open(&data).map(|f| f.try_lock()) {
-            Ok(Ok(())) | Err(_) => return,
-            Ok(Err(_)) => std::thread::sleep(Duration::from_millis(1)),
-        }
+        repair::wait_until_sled_lets_go(&self.path);
     }
 }
 
@@ -893,7 +778,7 @@ mod tests {
         }
         // The foreign sled's own threads let go of its lock after the drop,
         // not at it (CI once raced here: the reopen below found it held).
-        wait_until_sled_lets_go(dir.path());
+        repair::wait_until_sled_lets_go(dir.path());
         let err = SledJournal::open(dir.path()).unwrap_err();
         assert!(matches!(err, Error::NotAJournal { .. }), "{err}");
         let db = sled::open(dir.path()).unwrap();

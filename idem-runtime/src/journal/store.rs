@@ -11,12 +11,16 @@
 //! sled is not written here: the overlay holds every change since the last
 //! checkpoint, and a checkpoint (on its own thread, once the current
 //! segment is large) applies the rotated-away segments to sled, makes sled
-//! durable, records the checkpoint, deletes the segments and drops the
-//! overlay entries they covered. See `apply.rs`.
+//! durable, records the checkpoint and drops the overlay entries they
+//! covered. See `apply.rs`. The segments stay: with the last image they are
+//! the second copy of sled's content that repairs sled after a power cut.
+//! Once they outgrow that image, a new one is written (on another thread)
+//! and the segments it covers are deleted. See `image.rs`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -26,6 +30,7 @@ use super::apply::{self, Trees};
 use super::digest::{self, Digest as ContentDigest};
 use super::events;
 use super::files::{self, Checkpoint};
+use super::image;
 use super::stored::{self, Header};
 use super::wal::{self, Change, Tree};
 use super::{ClaimChange, Digest, EventRows, Expect, Loaded, NewEvent, Write, Written};
@@ -37,6 +42,13 @@ use crate::record::Kind;
 /// the last checkpoint, and the overlay that holds it in memory, to about
 /// `(BACKLOG + 1) × checkpoint_bytes` whatever the load.
 pub(super) const BACKLOG: u64 = 2;
+
+/// A new image is written once the segments kept since the last one hold
+/// more than that image's size, and at least this many segments' worth
+/// (`checkpoint_bytes` each): the log kept beside the image stays within
+/// about the size of the content, and each image costs about one more
+/// write of it, spread over as much logging.
+pub(super) const IMAGE_AFTER: u64 = 4;
 
 /// Tunables of a store.
 #[derive(Debug, Clone, Copy)]
@@ -109,6 +121,10 @@ struct State {
     peak_size: u64,
     /// What the last checkpoint recorded.
     checkpoint: Checkpoint,
+    /// The segment generation the last image covers (0: none) and its size.
+    image_gen: u64,
+    image_bytes: u64,
+    imaging: bool,
 }
 
 /// The store; shared by the journal handle, flushers and the checkpointer.
@@ -126,6 +142,9 @@ pub(super) struct Store {
     truncating: Mutex<()>,
     /// fdatasyncs of the log so far (what group commit saves).
     fsyncs: std::sync::atomic::AtomicU64,
+    /// Set when the journal closes: an image being written gives up.
+    closing: AtomicBool,
+    imager: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 fn digest_of(key: &[u8]) -> Option<Digest> {
@@ -150,12 +169,14 @@ fn tree_range(tree: Tree, after: Option<&Digest>) -> KeyRange {
 
 impl Store {
     /// A store over sled `trees`, logging to a fresh segment after `last`
-    /// (the checkpoint just written).
+    /// (the checkpoint just written); `image` is the generation the image
+    /// on disk covers (0: none) and its size.
     pub(super) fn start(
         dir: PathBuf,
         location: String,
         trees: Trees,
         checkpoint: Checkpoint,
+        image: (u64, u64),
         tuning: Tuning,
     ) -> std::io::Result<Arc<Store>> {
         let gen = checkpoint.gen + 1;
@@ -184,12 +205,17 @@ impl Store {
                 checkpointing: false,
                 peak_size: 0,
                 checkpoint,
+                image_gen: image.0,
+                image_bytes: image.1,
+                imaging: false,
             }),
             idle: Condvar::new(),
             checkpointed: Condvar::new(),
             checkpointer: Mutex::new(None),
             truncating: Mutex::new(()),
             fsyncs: std::sync::atomic::AtomicU64::new(0),
+            closing: AtomicBool::new(false),
+            imager: Mutex::new(None),
         }))
     }
 
@@ -647,7 +673,7 @@ impl Store {
         Ok(seen.len() as u64)
     }
 
-    /// The log's size plus sled's.
+    /// The log's size plus the image's and sled's.
     pub(super) fn size_on_disk(&self) -> Result<u64, Error> {
         let sled = self
             .trees
@@ -660,7 +686,8 @@ impl Store {
             .filter_map(|(_, p)| std::fs::metadata(p).ok())
             .map(|m| m.len())
             .sum();
-        Ok(sled + log)
+        let image = std::fs::metadata(self.dir.join(image::IMAGE)).map_or(0, |m| m.len());
+        Ok(sled + log + image)
     }
 
     // ---- durability ----
@@ -894,33 +921,123 @@ impl Store {
     }
 
     /// Applies segments up to `gen` to sled, makes sled durable, records
-    /// the checkpoint, deletes the segments, and drops the overlay entries
-    /// (lsn up to `covered`) that sled now holds.
-    fn checkpoint(&self, gen: u64, covered: u64) {
+    /// the checkpoint, and drops the overlay entries (lsn up to `covered`)
+    /// that sled now holds. Then starts an image if the kept log is large.
+    fn checkpoint(self: Arc<Self>, gen: u64, covered: u64) {
         let outcome = self.checkpoint_inner(gen);
-        let mut st = self.lock();
-        st.checkpointing = false;
-        self.checkpointed.notify_all();
-        match outcome {
-            Ok(cp) => {
-                st.checkpoint = cp;
-                st.overlay.retain(|_, p| p.lsn > covered);
-                st.tail.retain(|e| e.lsn > covered);
+        let image = {
+            let mut st = self.lock();
+            st.checkpointing = false;
+            self.checkpointed.notify_all();
+            match outcome {
+                Ok((cp, kept)) => {
+                    st.checkpoint = cp;
+                    st.overlay.retain(|_, p| p.lsn > covered);
+                    st.tail.retain(|e| e.lsn > covered);
+                    let due = kept
+                        > st.image_bytes
+                            .max(IMAGE_AFTER * self.tuning.checkpoint_bytes);
+                    if due && !st.imaging && !self.closing.load(Ordering::Relaxed) {
+                        st.imaging = true;
+                        Some(cp)
+                    } else {
+                        None
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        target: "idem::journal",
+                        location = %self.location,
+                        error = %e,
+                        "checkpoint failed; the write-ahead log keeps everything and the next one retries"
+                    );
+                    None
+                }
             }
-            Err(e) => tracing::warn!(
-                target: "idem::journal",
-                location = %self.location,
-                error = %e,
-                "checkpoint failed; the write-ahead log keeps everything and the next one retries"
-            ),
+        };
+        if let Some(cp) = image {
+            self.start_image(cp);
         }
     }
 
-    fn checkpoint_inner(&self, gen: u64) -> Result<Checkpoint, String> {
-        let prev = self.lock().checkpoint;
+    /// Writes an image of sled from checkpoint `cp` on, on its own thread,
+    /// then deletes the log segments it covers.
+    fn start_image(self: Arc<Self>, cp: Checkpoint) {
+        let store = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("idem-image".into())
+            .spawn(move || {
+                let outcome =
+                    image::write(&store.dir, &store.trees, cp.gen, cp.next_lsn, &store.closing)
+                        .and_then(|bytes| {
+                            wal::remove_up_to(&store.dir, cp.gen)?;
+                            Ok(bytes)
+                        });
+                let mut st = store.lock();
+                st.imaging = false;
+                match outcome {
+                    Ok(bytes) => {
+                        st.image_gen = cp.gen;
+                        st.image_bytes = bytes;
+                    }
+                    Err(_) if store.closing.load(Ordering::Relaxed) => {}
+                    Err(e) => tracing::warn!(
+                        target: "idem::journal",
+                        location = %store.location,
+                        error = %e,
+                        "writing the journal's image failed; the log is kept and a later checkpoint retries"
+                    ),
+                }
+            });
+        match spawned {
+            Ok(handle) => {
+                let previous = self
+                    .imager
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .replace(handle);
+                // `imaging` was false: the previous one has finished.
+                if let Some(h) = previous {
+                    let _ = h.join();
+                }
+            }
+            Err(_) => self.lock().imaging = false,
+        }
+    }
+
+    /// Waits for an image being written to finish (for tests); returns the
+    /// generation the image on disk covers (0: none).
+    #[cfg(test)]
+    pub(super) fn wait_for_image(&self) -> u64 {
+        let handle = self.imager.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+        self.lock().image_gen
+    }
+
+    /// Stops an image being written (the journal closes) and waits for it.
+    pub(super) fn stop_imaging(&self) {
+        self.closing.store(true, Ordering::Relaxed);
+        let handle = self.imager.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+
+    /// Returns the checkpoint and the bytes of log kept since the image.
+    fn checkpoint_inner(&self, gen: u64) -> Result<(Checkpoint, u64), String> {
+        let (prev, image_gen) = {
+            let st = self.lock();
+            (st.checkpoint, st.image_gen)
+        };
         let mut units = Vec::new();
         let mut min_lsn = prev.next_lsn;
+        let mut kept = 0u64;
         for (g, path) in wal::segments(&self.dir).map_err(|e| e.to_string())? {
+            if g > image_gen && g <= gen {
+                kept += std::fs::metadata(&path).map_or(0, |m| m.len());
+            }
             if g <= prev.gen || g > gen {
                 continue;
             }
@@ -949,8 +1066,7 @@ impl Store {
         };
         files::write(&self.dir, files::CHECKPOINT, Kind::Checkpoint, &cp)
             .map_err(|e| e.to_string())?;
-        wal::remove_up_to(&self.dir, gen).map_err(|e| e.to_string())?;
-        Ok(cp)
+        Ok((cp, kept))
     }
 
     /// Waits for a running checkpoint to finish.

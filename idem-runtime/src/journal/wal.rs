@@ -93,6 +93,26 @@ pub(super) struct Unit {
     pub changes: Vec<Change<Vec<u8>>>,
 }
 
+/// A borrowed view of an owned change (for re-encoding what was read).
+pub(super) fn borrow(c: &Change<Vec<u8>>) -> Change<&[u8]> {
+    match c {
+        Change::Put { tree, key, value } => Change::Put {
+            tree: *tree,
+            key: key.as_slice(),
+            value: value.as_slice(),
+        },
+        Change::Remove { tree, key } => Change::Remove {
+            tree: *tree,
+            key: key.as_slice(),
+        },
+        Change::Event { seq, bytes } => Change::Event {
+            seq: *seq,
+            bytes: bytes.as_slice(),
+        },
+        Change::Truncate { before } => Change::Truncate { before: *before },
+    }
+}
+
 /// Appends one unit to `out`.
 pub(super) fn encode_unit(
     out: &mut Vec<u8>,
