@@ -224,3 +224,12 @@ pub(super) fn sync_sled(dir: &Path, trees: &Trees) -> std::io::Result<()> {
     }
     super::wal::sync_dir(dir)
 }
+
+/// What a caught panic (of sled's, on damage in its files) said.
+pub(super) fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}

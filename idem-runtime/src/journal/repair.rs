@@ -324,18 +324,14 @@ fn damaged_sled(path: &Path, found: ContentDigest, expected: ContentDigest) -> E
 fn catch_sled_panic<T>(path: &Path, f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(out) => out,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
-            Err(Error::Damaged {
-                file: path.join("db"),
-                offset: None,
-                detail: format!("sled could not read its files ({what})"),
-            })
-        }
+        Err(panic) => Err(Error::Damaged {
+            file: path.join("db"),
+            offset: None,
+            detail: format!(
+                "sled could not read its files ({})",
+                apply::panic_text(&panic)
+            ),
+        }),
     }
 }
 
@@ -632,6 +628,54 @@ mod tests {
             + (1 << 20);
         assert!(peak <= bound, "{peak} bytes of log beyond the image's size");
         let j = SledJournal::open_with(dir.path(), &options).unwrap();
+        assert_holds(&j, &truth);
+    }
+
+    #[test]
+    fn sled_panicking_in_a_checkpoint_breaks_the_journal_instead_of_wedging_it() {
+        // Writers wait for a running checkpoint past the backlog; one that
+        // died without saying so would hold them forever. Instead every
+        // later write fails (nothing is sent on an INTENT that is not
+        // durable) and a reopen has everything acknowledged before.
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut truth = Truth::default();
+        let j = SledJournal::open_with(dir.path(), &options()).unwrap();
+        churn(&j, &mut truth, 1, 50);
+        j.store()
+            .panic_in_checkpoint
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let failed = block(async {
+            let body = [9u8; 1000];
+            for i in 0..10_000u32 {
+                let mut key = [0xee; 32];
+                key[..4].copy_from_slice(&i.to_be_bytes());
+                let w = Write {
+                    space: Space::Ops,
+                    key: &key,
+                    expect: Expect::Absent,
+                    body: &body,
+                    claim: ClaimChange::Keep,
+                    escalated: false,
+                    events: &[],
+                    durability: Durability::Immediate,
+                };
+                match j.write(w).await {
+                    Ok(_) => {
+                        truth.records.insert(key, Some((0, body.to_vec())));
+                    }
+                    Err(e) => return Some(e),
+                }
+            }
+            None
+        });
+        let err = failed.expect("writes fail once the checkpoint died");
+        assert!(
+            err.to_string()
+                .contains("sled failed while a checkpoint wrote to it"),
+            "{err}"
+        );
+        drop(j);
+        let j = SledJournal::open_with(dir.path(), &options()).unwrap();
         assert_holds(&j, &truth);
     }
 }

@@ -145,6 +145,9 @@ pub(super) struct Store {
     /// Set when the journal closes: an image being written gives up.
     closing: AtomicBool,
     imager: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Tests: the next checkpoint panics as sled does on damage.
+    #[cfg(test)]
+    pub(super) panic_in_checkpoint: AtomicBool,
 }
 
 fn digest_of(key: &[u8]) -> Option<Digest> {
@@ -216,6 +219,8 @@ impl Store {
             fsyncs: std::sync::atomic::AtomicU64::new(0),
             closing: AtomicBool::new(false),
             imager: Mutex::new(None),
+            #[cfg(test)]
+            panic_in_checkpoint: AtomicBool::new(false),
         }))
     }
 
@@ -924,7 +929,26 @@ impl Store {
     /// the checkpoint, and drops the overlay entries (lsn up to `covered`)
     /// that sled now holds. Then starts an image if the kept log is large.
     fn checkpoint(self: Arc<Self>, gen: u64, covered: u64) {
-        let outcome = self.checkpoint_inner(gen);
+        // sled 0.34 panics on some damage in its files. A checkpoint that
+        // dies of it must not leave `checkpointing` set (writers would wait
+        // for it forever): the store breaks instead, every later write
+        // fails without calling anyone, and the next open repairs sled.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            #[cfg(test)]
+            if self.panic_in_checkpoint.swap(false, Ordering::Relaxed) {
+                panic!("injected: cannot find pid 5 in view_for_key");
+            }
+            self.checkpoint_inner(gen)
+        }));
+        let outcome = outcome.unwrap_or_else(|panic| {
+            let why = format!(
+                "sled failed while a checkpoint wrote to it ({}); reopen the journal to repair \
+                 sled from its image and log",
+                apply::panic_text(&panic)
+            );
+            self.lock().broken = Some(why.clone());
+            Err(why)
+        });
         let image = {
             let mut st = self.lock();
             st.checkpointing = false;
@@ -967,12 +991,19 @@ impl Store {
         let spawned = std::thread::Builder::new()
             .name("idem-image".into())
             .spawn(move || {
-                let outcome =
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     image::write(&store.dir, &store.trees, cp.gen, cp.next_lsn, &store.closing)
-                        .and_then(|bytes| {
-                            wal::remove_up_to(&store.dir, cp.gen)?;
-                            Ok(bytes)
-                        });
+                }))
+                .unwrap_or_else(|panic| {
+                    Err(std::io::Error::other(format!(
+                        "sled failed while it was read ({})",
+                        apply::panic_text(&panic)
+                    )))
+                })
+                .and_then(|bytes| {
+                    wal::remove_up_to(&store.dir, cp.gen)?;
+                    Ok(bytes)
+                });
                 let mut st = store.lock();
                 st.imaging = false;
                 match outcome {
