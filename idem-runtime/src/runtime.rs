@@ -383,8 +383,12 @@ impl Runtime {
     /// Fails with [`Error::InUse`] if another process holds it, with
     /// [`Error::NotAJournal`] if the directory holds something else, with
     /// [`Error::UnsupportedFormat`] if a newer idem wrote it, and with
-    /// [`Error::Damaged`] if its files are damaged; in every case nothing
-    /// is deleted.
+    /// [`Error::Damaged`] if its files are damaged beyond what it repairs;
+    /// in every case nothing is deleted. Damage in sled's own files (what a
+    /// power cut can leave) is repaired from the journal's second copy, an
+    /// image of sled plus the log after it: sled's files are moved aside
+    /// into `sled-damaged.<unix ms>/` in the journal directory, rebuilt and
+    /// checked, and a warning is logged.
     pub fn open(path: impl AsRef<Path>) -> Result<Runtime, Error> {
         Runtime::builder().path(path).open()
     }

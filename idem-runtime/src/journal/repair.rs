@@ -141,8 +141,7 @@ fn unrepaired(why: Error, because: String) -> Error {
             file,
             offset,
             detail: format!(
-                "{detail}; not repaired: {because}. Restore the directory from a backup; nothing \
-                 was deleted"
+                "{detail}; not repaired: {because}. Restore the directory from a backup"
             ),
         },
         other => other,
