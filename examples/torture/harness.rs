@@ -122,6 +122,10 @@ pub const KEEP_DAMAGED_ENV: &str = "IDEM_TORTURE_KEEP_DAMAGED";
 /// dedupe-window round's jump (see [`ShiftedClock`]).
 const CLOCK_SHIFT_ENV: &str = "IDEM_TORTURE_CLOCK_SHIFT_MS";
 
+/// Power-cut mode: the workers' checkpoint interval (see
+/// [`open_worker_journal`]).
+const POWER_CUT_CHECKPOINT_BYTES: u64 = 64 << 10;
+
 /// The size of [`archive_order`]'s result: over sled 0.34's 128 KiB
 /// threshold, so the journal stores it in one of sled's blob files (a file
 /// and a directory entry of their own, which a power cut may take).
@@ -868,21 +872,29 @@ async fn worker() -> i32 {
 }
 
 /// The worker's journal, on a clock shifted by [`CLOCK_SHIFT_ENV`] if set.
+/// In power-cut mode its checkpoints come every [`POWER_CUT_CHECKPOINT_BYTES`]
+/// of log, so that a round's cuts land in checkpoints and in the writing of
+/// sled's image (with the default 8 MiB, a round's few MiB of log would
+/// reach sled only at each open, and the image never be written).
 fn open_worker_journal(journal: &Path) -> Result<Runtime, Error> {
     let shift_ms: u64 = std::env::var(CLOCK_SHIFT_ENV)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    if shift_ms == 0 {
-        return Runtime::open(journal);
+    let mut builder = Runtime::builder().path(journal);
+    if std::env::var_os(ARCHIVE_ENV).is_some() {
+        builder = builder.sled_options(idem::SledOptions {
+            checkpoint_bytes: POWER_CUT_CHECKPOINT_BYTES,
+            ..idem::SledOptions::default()
+        });
     }
-    Runtime::builder()
-        .path(journal)
-        .clock(Arc::new(ShiftedClock {
+    if shift_ms > 0 {
+        builder = builder.clock(Arc::new(ShiftedClock {
             base: idem::SystemClock::new(),
             shift_ms,
-        }))
-        .open()
+        }));
+    }
+    builder.open()
 }
 
 /// The system clock, `shift_ms` ahead: how the dedupe-window round makes

@@ -50,6 +50,17 @@ impl std::fmt::Display for Failed {
 impl From<sled::Error> for Failed {
     fn from(e: sled::Error) -> Self {
         match e {
+            // A file shorter than sled's own index says (a truncated data
+            // or blob file) reads as an unexpected end: that is damage,
+            // not a failing disk.
+            sled::Error::Io(ref io)
+                if matches!(
+                    io.kind(),
+                    std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData
+                ) =>
+            {
+                Failed::Damaged(e.to_string())
+            }
             sled::Error::Io(_) => Failed::Io(e.to_string()),
             // Corruption, a bug report, an unsupported layout: all say the
             // files are not what sled wrote.
