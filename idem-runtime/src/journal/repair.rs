@@ -285,6 +285,15 @@ fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
     Ok(aside)
 }
 
+/// Whether a sled instance (in this process or another) holds the lock on
+/// the directory's data file, as sled takes it (`flock`, exclusive).
+pub(super) fn sled_is_held(dir: &Path) -> bool {
+    matches!(
+        fs::File::open(dir.join("db")).map(|f| f.try_lock()),
+        Ok(Err(fs::TryLockError::WouldBlock))
+    )
+}
+
 /// sled's I/O threads may still hold its data file (and the lock on it) for
 /// a moment after the last handle is gone. Waits, briefly and boundedly,
 /// until the lock is free, so that a dropped database can be reopened.
@@ -676,5 +685,34 @@ mod tests {
         drop(j);
         let j = SledJournal::open_with(dir.path(), &options()).unwrap();
         assert_holds(&j, &truth);
+    }
+
+    #[test]
+    fn a_second_open_of_a_journal_in_use_pulls_no_file_from_under_it() {
+        // The open clears a partial image and a partial sled snapshot: only
+        // when no one holds the journal (they may be the holder's, being
+        // written).
+        let dir = tempfile::TempDir::new().unwrap();
+        let j = SledJournal::open_with(dir.path(), &options()).unwrap();
+        let partial = [
+            dir.path().join("idem-image.tmp"),
+            dir.path().join("snap.00000000000000FF.generating"),
+        ];
+        for f in &partial {
+            std::fs::write(f, b"being written").unwrap();
+        }
+        let err = SledJournal::open_with(dir.path(), &options())
+            .map(drop)
+            .unwrap_err();
+        assert!(matches!(err, Error::InUse { .. }), "{err}");
+        for f in &partial {
+            assert!(f.exists(), "{} was removed", f.display());
+        }
+        drop(j);
+        // Closed, the leftovers are garbage and go.
+        drop(SledJournal::open_with(dir.path(), &options()).unwrap());
+        for f in &partial {
+            assert!(!f.exists(), "{} was kept", f.display());
+        }
     }
 }

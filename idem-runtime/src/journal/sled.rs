@@ -249,6 +249,12 @@ impl SledJournal {
                 0
             }
         };
+        // The cleanups below (a partial image, a partial sled snapshot) would
+        // pull files from under a process that has the journal open: check
+        // sled's lock first, as sled would.
+        if repair::sled_is_held(&path) {
+            return Err(Error::InUse { path });
+        }
         let _ = fs::remove_file(path.join(format!("{}.tmp", image::IMAGE)));
         let opened = repair::open(
             &path,
