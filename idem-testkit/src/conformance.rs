@@ -30,7 +30,9 @@ use idem_runtime::{
     Class, ManualClock, Resolution, RetryPolicy, Runtime, SledJournal, ToolDescriptor, ToolError,
 };
 
-use crate::engine::{call, key, tool_with, ScriptedProvider, Step, TestError, VerifyMode};
+use crate::engine::{
+    call, events as kinds, key, tool_with, ScriptedProvider, Step, TestError, VerifyMode,
+};
 use crate::journal::{overwrite_record, FaultyJournal, MemJournal, ProcessView};
 
 /// A journal backend under test.
@@ -370,15 +372,6 @@ fn build(
         builder = builder.clock(Arc::new(c.clone()));
     }
     builder.open().expect("start a runtime")
-}
-
-async fn kinds(rt: &Runtime) -> Vec<idem_runtime::EventKind> {
-    rt.audit(0)
-        .await
-        .expect("read the audit stream")
-        .into_iter()
-        .map(|e| e.kind)
-        .collect()
 }
 
 /// Starts a call on worker `id`, lets it reach the provider (whose next

@@ -435,7 +435,9 @@ fn scratch_dir(what: &str) -> std::path::PathBuf {
     ))
 }
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// Runs `f` to its end on a runtime of its own (also the journal's unit
+/// tests' way to drive it from a plain `#[test]`).
+pub(super) fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

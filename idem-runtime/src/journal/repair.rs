@@ -42,92 +42,144 @@ pub(super) struct Opened {
     pub last_seq: Option<u64>,
 }
 
-/// Opens sled in `path`, applies `units` (the log since `checkpoint`) and
-/// checks the result; repairs damage from the image and the kept log
-/// (`segments` is every segment in the directory).
-pub(super) fn open(
-    path: &Path,
-    location: &str,
-    options: SledSettings,
-    checkpoint: &Checkpoint,
-    segments: &[(u64, PathBuf)],
-    units: &[Unit],
-) -> Result<Opened, Error> {
+/// What the open found on disk before sled: where, with which settings,
+/// the last checkpoint, every log segment in the directory, and the log's
+/// units since the checkpoint.
+pub(super) struct Found<'a> {
+    pub path: &'a Path,
+    pub location: &'a str,
+    pub settings: SledSettings,
+    pub checkpoint: &'a Checkpoint,
+    pub segments: &'a [(u64, PathBuf)],
+    pub units: &'a [Unit],
+}
+
+/// Opens sled, applies the log since the checkpoint and checks the result;
+/// repairs damage from the image and the kept log.
+pub(super) fn open(found: &Found<'_>) -> Result<Opened, Error> {
     // sled writes a snapshot as `snap.<lsn>.generating`, then renames it; a
     // process killed in between leaves the partial file, which sled 0.34
     // would pick (it sorts last) and report as corruption. It is never
     // anything but garbage: sled rebuilds snapshots from its log.
-    remove_partial_snapshots(path)
-        .map_err(|e| Error::storage("remove a partial snapshot", location, e))?;
-    let first = catch_sled_panic(path, || {
-        let trees = open_sled(path, location, options)?;
-        let applied = apply_units(path, location, &trees, units, "replay the write-ahead log")?;
-        check(path, location, trees, checkpoint, applied)
+    remove_partial_snapshots(found.path)
+        .map_err(|e| Error::storage("remove a partial snapshot", found.location, e))?;
+    let first = catch_sled_panic(found.path, || {
+        let trees = found.open_sled()?;
+        let applied = found.apply(&trees, found.units, "replay the write-ahead log")?;
+        found.check(trees, applied)
     });
     match first {
         Err(why @ Error::Damaged { .. }) => {
-            wait_until_sled_lets_go(path);
-            rebuild(path, location, options, checkpoint, segments, units, why)
+            wait_until_sled_lets_go(found.path);
+            found.rebuild(why)
         }
         other => other,
     }
 }
 
-fn open_sled(path: &Path, location: &str, options: SledSettings) -> Result<Trees, Error> {
-    let db = sled::Config::new()
-        .path(path)
-        .cache_capacity(options.cache_capacity)
-        .flush_every_ms(options.flush_every_ms)
-        .open()
-        .map_err(|e| map_open_error(e, path))?;
-    Trees::open(db).map_err(|e| Error::storage("open sled's trees", location, e))
-}
-
-/// sled may open its files cleanly and report their damage only when the
-/// log is replayed into it or when its entries are read.
-fn failed(path: &Path, location: &str, op: &'static str, f: apply::Failed) -> Error {
-    match f {
-        apply::Failed::Damaged(detail) => Error::Damaged {
-            file: path.join("db"),
-            offset: None,
-            detail: format!("{op}: {detail}"),
-        },
-        apply::Failed::Io(detail) => Error::storage(op, location, detail),
+impl Found<'_> {
+    fn open_sled(&self) -> Result<Trees, Error> {
+        let db = sled::Config::new()
+            .path(self.path)
+            .cache_capacity(self.settings.cache_capacity)
+            .flush_every_ms(self.settings.flush_every_ms)
+            .open()
+            .map_err(|e| map_open_error(e, self.path))?;
+        Trees::open(db).map_err(|e| Error::storage("open sled's trees", self.location, e))
     }
-}
 
-fn apply_units(
-    path: &Path,
-    location: &str,
-    trees: &Trees,
-    units: &[Unit],
-    op: &'static str,
-) -> Result<Applied, Error> {
-    apply::apply(trees, units).map_err(|f| failed(path, location, op, f))
-}
-
-/// Reads every entry of sled and compares with what the checkpoint and the
-/// log since it say sled holds.
-fn check(
-    path: &Path,
-    location: &str,
-    trees: Trees,
-    checkpoint: &Checkpoint,
-    applied: Applied,
-) -> Result<Opened, Error> {
-    let (found, last_seq) = apply::scan_digest(&trees)
-        .map_err(|f| failed(path, location, "check sled's content", f))?;
-    let mut expected = checkpoint.digest();
-    expected.apply(applied.delta.xor, applied.delta.count);
-    if found != expected {
-        return Err(damaged_sled(path, found, expected));
+    /// sled may open its files cleanly and report their damage only when
+    /// the log is replayed into it or when its entries are read.
+    fn failed(&self, op: &'static str, f: apply::Failed) -> Error {
+        match f {
+            apply::Failed::Damaged(detail) => Error::Damaged {
+                file: self.path.join("db"),
+                offset: None,
+                detail: format!("{op}: {detail}"),
+            },
+            apply::Failed::Io(detail) => Error::storage(op, self.location, detail),
+        }
     }
-    Ok(Opened {
-        trees,
-        applied,
-        digest: expected,
-        last_seq,
-    })
+
+    fn apply(&self, trees: &Trees, units: &[Unit], op: &'static str) -> Result<Applied, Error> {
+        apply::apply(trees, units).map_err(|f| self.failed(op, f))
+    }
+
+    /// Reads every entry of sled and compares with what the checkpoint and
+    /// the log since it say sled holds.
+    fn check(&self, trees: Trees, applied: Applied) -> Result<Opened, Error> {
+        let (found, last_seq) =
+            apply::scan_digest(&trees).map_err(|f| self.failed("check sled's content", f))?;
+        let mut expected = self.checkpoint.digest();
+        expected.apply(applied.delta.xor, applied.delta.count);
+        if found != expected {
+            return Err(damaged_sled(self.path, found, expected));
+        }
+        Ok(Opened {
+            trees,
+            applied,
+            digest: expected,
+            last_seq,
+        })
+    }
+
+    fn rebuild(&self, why: Error) -> Result<Opened, Error> {
+        // Everything the copy needs is read, and checked, before anything
+        // moves.
+        let image = match image::read(self.path) {
+            Ok(image) => image,
+            Err(e) => return Err(unrepaired(why, format!("the image is damaged too ({e})"))),
+        };
+        let kept = match kept_log(image.as_ref(), self.checkpoint, self.segments) {
+            Ok(kept) => kept,
+            Err(e) => return Err(unrepaired(why, e)),
+        };
+        let aside = match set_aside(self.path) {
+            Ok(aside) => aside,
+            Err(e) => {
+                return Err(unrepaired(
+                    why,
+                    format!("setting sled's files aside failed ({e})"),
+                ))
+            }
+        };
+        let rebuilt = catch_sled_panic(self.path, || {
+            let trees = self.open_sled()?;
+            if let Some(image) = &image {
+                self.apply(&trees, &image.units, "rebuild sled from the image")?;
+            }
+            self.apply(&trees, &kept, "rebuild sled from the log")?;
+            let applied = self.apply(&trees, self.units, "rebuild sled from the log")?;
+            self.check(trees, applied)
+        });
+        match rebuilt {
+            Ok(opened) => {
+                tracing::warn!(
+                    target: "idem::journal",
+                    location = %self.location,
+                    damage = %why,
+                    set_aside = %aside.display(),
+                    "sled's files were damaged; rebuilt them from the journal's image and log (the damaged files are kept aside)"
+                );
+                Ok(opened)
+            }
+            Err(e) => {
+                // Its own refusal's wording once is enough: what it found.
+                let found = match &e {
+                    Error::Damaged { detail, .. } => detail.clone(),
+                    other => other.to_string(),
+                };
+                Err(unrepaired(
+                    why,
+                    format!(
+                        "rebuilding from the image and the log failed too ({found}); sled's \
+                         files are in {}",
+                        aside.display()
+                    ),
+                ))
+            }
+        }
+    }
 }
 
 /// Adds to a refusal why it could not be repaired.
@@ -196,69 +248,6 @@ fn kept_log(
         ));
     }
     Ok(units)
-}
-
-fn rebuild(
-    path: &Path,
-    location: &str,
-    options: SledSettings,
-    checkpoint: &Checkpoint,
-    segments: &[(u64, PathBuf)],
-    units: &[Unit],
-    why: Error,
-) -> Result<Opened, Error> {
-    // Everything the copy needs is read, and checked, before anything moves.
-    let image = match image::read(path) {
-        Ok(image) => image,
-        Err(e) => return Err(unrepaired(why, format!("the image is damaged too ({e})"))),
-    };
-    let kept = match kept_log(image.as_ref(), checkpoint, segments) {
-        Ok(kept) => kept,
-        Err(e) => return Err(unrepaired(why, e)),
-    };
-    let aside = match set_aside(path) {
-        Ok(aside) => aside,
-        Err(e) => {
-            return Err(unrepaired(
-                why,
-                format!("setting sled's files aside failed ({e})"),
-            ))
-        }
-    };
-    let rebuilt = catch_sled_panic(path, || {
-        let trees = open_sled(path, location, options)?;
-        if let Some(image) = &image {
-            apply_units(
-                path,
-                location,
-                &trees,
-                &image.units,
-                "rebuild sled from the image",
-            )?;
-        }
-        apply_units(path, location, &trees, &kept, "rebuild sled from the log")?;
-        let applied = apply_units(path, location, &trees, units, "rebuild sled from the log")?;
-        check(path, location, trees, checkpoint, applied)
-    });
-    match rebuilt {
-        Ok(opened) => {
-            tracing::warn!(
-                target: "idem::journal",
-                location = %location,
-                damage = %why,
-                set_aside = %aside.display(),
-                "sled's files were damaged; rebuilt them from the journal's image and log (the damaged files are kept aside)"
-            );
-            Ok(opened)
-        }
-        Err(e) => Err(unrepaired(
-            why,
-            format!(
-                "rebuilding from the image and the log failed too ({e}); sled's files are in {}",
-                aside.display()
-            ),
-        )),
-    }
 }
 
 /// Moves sled's files into a new `sled-damaged.<ms>` directory, durably.
@@ -392,13 +381,7 @@ mod tests {
     };
     use crate::error::Error;
 
-    fn block<T>(f: impl std::future::Future<Output = T>) -> T {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f)
-    }
+    use super::super::fuzzing::block_on as block;
 
     /// What a journal should hold: each key's last body (`None`: removed)
     /// and every event.

@@ -256,17 +256,17 @@ impl SledJournal {
             return Err(Error::InUse { path });
         }
         let _ = fs::remove_file(path.join(format!("{}.tmp", image::IMAGE)));
-        let opened = repair::open(
-            &path,
-            &location,
-            repair::SledSettings {
+        let opened = repair::open(&repair::Found {
+            path: &path,
+            location: &location,
+            settings: repair::SledSettings {
                 cache_capacity: options.cache_capacity,
                 flush_every_ms: options.flush_every_ms,
             },
-            &checkpoint,
-            &segments,
-            &units,
-        )?;
+            checkpoint: &checkpoint,
+            segments: &segments,
+            units: &units,
+        })?;
         let (trees, applied, expected, last_seq) =
             (opened.trees, opened.applied, opened.digest, opened.last_seq);
 
@@ -637,13 +637,7 @@ mod tests {
         }
     }
 
-    fn block<T>(f: impl std::future::Future<Output = T>) -> T {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f)
-    }
+    use super::super::fuzzing::block_on as block;
 
     #[test]
     fn unknown_format_version_is_refused_and_left_alone() {

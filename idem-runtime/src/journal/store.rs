@@ -137,14 +137,14 @@ pub(super) struct Store {
     idle: Condvar,
     /// Signalled when a checkpoint ends (see [`BACKLOG`]).
     checkpointed: Condvar,
-    checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    checkpointer: Background,
     /// One truncation at a time (it reads outside the state lock).
     truncating: Mutex<()>,
     /// fdatasyncs of the log so far (what group commit saves).
     fsyncs: std::sync::atomic::AtomicU64,
     /// Set when the journal closes: an image being written gives up.
     closing: AtomicBool,
-    imager: Mutex<Option<std::thread::JoinHandle<()>>>,
+    imager: Background,
     /// Tests: the next checkpoint panics as sled does on damage.
     #[cfg(test)]
     pub(super) panic_in_checkpoint: AtomicBool,
@@ -214,11 +214,11 @@ impl Store {
             }),
             idle: Condvar::new(),
             checkpointed: Condvar::new(),
-            checkpointer: Mutex::new(None),
+            checkpointer: Background::default(),
             truncating: Mutex::new(()),
             fsyncs: std::sync::atomic::AtomicU64::new(0),
             closing: AtomicBool::new(false),
-            imager: Mutex::new(None),
+            imager: Background::default(),
             #[cfg(test)]
             panic_in_checkpoint: AtomicBool::new(false),
         }))
@@ -909,18 +909,9 @@ impl Store {
             .name("idem-checkpoint".into())
             .spawn(move || store.checkpoint(old_gen, covered));
         match spawned {
-            Ok(handle) => {
-                let previous = self
-                    .checkpointer
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .replace(handle);
-                // The previous checkpointer has finished (`checkpointing`
-                // was false); reap it.
-                if let Some(h) = previous {
-                    let _ = h.join();
-                }
-            }
+            // The previous checkpointer has finished (`checkpointing` was
+            // false).
+            Ok(handle) => self.checkpointer.replace(handle),
             Err(_) => self.lock().checkpointing = false,
         }
     }
@@ -1021,17 +1012,8 @@ impl Store {
                 }
             });
         match spawned {
-            Ok(handle) => {
-                let previous = self
-                    .imager
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .replace(handle);
-                // `imaging` was false: the previous one has finished.
-                if let Some(h) = previous {
-                    let _ = h.join();
-                }
-            }
+            // `imaging` was false: the previous one has finished.
+            Ok(handle) => self.imager.replace(handle),
             Err(_) => self.lock().imaging = false,
         }
     }
@@ -1040,20 +1022,14 @@ impl Store {
     /// generation the image on disk covers (0: none).
     #[cfg(test)]
     pub(super) fn wait_for_image(&self) -> u64 {
-        let handle = self.imager.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(h) = handle {
-            let _ = h.join();
-        }
+        self.imager.join();
         self.lock().image_gen
     }
 
     /// Stops an image being written (the journal closes) and waits for it.
     pub(super) fn stop_imaging(&self) {
         self.closing.store(true, Ordering::Relaxed);
-        let handle = self.imager.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(h) = handle {
-            let _ = h.join();
-        }
+        self.imager.join();
     }
 
     /// Returns the checkpoint and the bytes of log kept since the image.
@@ -1102,11 +1078,31 @@ impl Store {
 
     /// Waits for a running checkpoint to finish.
     pub(super) fn join_checkpointer(&self) {
-        let handle = self
-            .checkpointer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        self.checkpointer.join();
+    }
+}
+
+/// A thread of the store's own (the checkpointer, the image writer): at
+/// most one runs at a time, and its handle is kept to be joined.
+#[derive(Default)]
+struct Background(Mutex<Option<std::thread::JoinHandle<()>>>);
+
+impl Background {
+    fn slot(&self) -> MutexGuard<'_, Option<std::thread::JoinHandle<()>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps `handle`, reaping the previous thread (which has finished).
+    fn replace(&self, handle: std::thread::JoinHandle<()>) {
+        let previous = self.slot().replace(handle);
+        if let Some(h) = previous {
+            let _ = h.join();
+        }
+    }
+
+    /// Waits for the thread, if one was started.
+    fn join(&self) {
+        let handle = self.slot().take();
         if let Some(h) = handle {
             let _ = h.join();
         }
