@@ -391,13 +391,16 @@ mod tests {
         events: usize,
     }
 
-    /// Writes, rewrites and removes records of a few hundred bytes (some
-    /// large enough for sled's blob files) with an event each, through
+    /// Writes, rewrites and removes records of round `round`'s own keys, of
+    /// a few hundred bytes (some large enough for sled's blob files) with
+    /// an event each, through
     /// enough small segments for checkpoints and images to run meanwhile.
     fn churn(j: &SledJournal, truth: &mut Truth, round: u8, n: u16) {
         block(async {
             for i in 0..n {
-                let mut key = [0u8; 32];
+                // Each round its own keys: a later round leaves the earlier
+                // ones where the image put them, not in the log after it.
+                let mut key = [round; 32];
                 key[..2].copy_from_slice(&(i % 97).to_be_bytes());
                 let size = if i % 50 == 0 { 200 << 10 } else { 300 };
                 let body = vec![round ^ (i as u8); size];
@@ -611,8 +614,8 @@ mod tests {
         }
         drop(j);
         assert!(images >= 3, "{images} images");
-        // The live content is about 97 records of 300 bytes plus two of
-        // 200 KiB, and their events; 8 rounds wrote far more than that.
+        // Each round leaves about 97 records of 300 bytes plus two of
+        // 200 KiB, and their events; each wrote far more than that.
         let bound = 2
             * (super::super::store::IMAGE_AFTER + super::super::store::BACKLOG + 1)
             * options.checkpoint_bytes
