@@ -18,7 +18,8 @@ Finding the journal:
                   its tables (a database without them exits with code 3). Everything
                   works but --landed (only a worker that defines the tool can check a
                   result: use --url with its admin API); `audit --follow` polls the
-                  shared stream; `prune` needs --keep.
+                  shared stream and waits out a database restart; `prune` needs
+                  --keep.
 Give one of the three. The token is IDEM_ADMIN_TOKEN when set, else
 DIR/idem-admin-token.
 

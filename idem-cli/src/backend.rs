@@ -366,7 +366,11 @@ async fn end_of_stream(rt: &Runtime) -> Result<u64, CliError> {
 /// Without `follow` it is a snapshot of everything written so far (made
 /// durable first). With it, it never ends: at the end of the stream it
 /// reads again every [`FOLLOW_POLL`](crate::pg::FOLLOW_POLL), since the
-/// events come from other processes.
+/// events come from other processes; and once it has read the stream, a
+/// database it cannot reach (restarted, or the network between) is waited
+/// for, said on stderr, instead of ending the follow: an operator watching
+/// the stream should not have to notice a restart and start it again. It
+/// goes on from the next unread event, so nothing is skipped or repeated.
 async fn read_stream(
     rt: &Runtime,
     mut next: u64,
@@ -378,11 +382,32 @@ async fn read_stream(
         rt.sync().await.map_err(|e| CliError::runtime(&e))?;
     }
     let mut left = limit.unwrap_or(u64::MAX);
+    let mut read_once = false;
+    let mut outage = false;
     while left > 0 {
-        let page = rt
+        let page = match rt
             .audit_page(next, PAGE.min(usize::try_from(left).unwrap_or(PAGE)))
             .await
-            .map_err(|e| CliError::runtime(&e))?;
+        {
+            Ok(page) => page,
+            Err(e @ idem_runtime::Error::Storage { .. }) if follow && read_once => {
+                if !outage {
+                    eprintln!(
+                        "idem: cannot read the stream ({e}); trying again every {} ms",
+                        crate::pg::FOLLOW_RETRY.as_millis()
+                    );
+                    outage = true;
+                }
+                tokio::time::sleep(crate::pg::FOLLOW_RETRY).await;
+                continue;
+            }
+            Err(e) => return Err(CliError::runtime(&e)),
+        };
+        read_once = true;
+        if outage {
+            eprintln!("idem: reading the stream again, from seq {next}");
+            outage = false;
+        }
         let Some(last) = page.last().map(|e| e.seq) else {
             if !follow {
                 break;

@@ -24,7 +24,8 @@
 //! and no lock to wait for. Everything works but `--landed`, for the same
 //! reason as above (it says to resolve through a worker's admin API with
 //! `--url`); `audit --follow` polls the shared stream, since the events come
-//! from other processes; `prune` needs `--keep`. It never creates the
+//! from other processes, and waits out a database it cannot reach (a
+//! restart) instead of ending; `prune` needs `--keep`. It never creates the
 //! journal's tables: a database without them is reported (exit code 3),
 //! which is what a mistyped database name looks like.
 //!

@@ -21,6 +21,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// indexed range read per interval.
 pub const FOLLOW_POLL: Duration = Duration::from_millis(250);
 
+/// How often `audit --follow` tries again while the database cannot be
+/// reached (each try waits up to the connect timeout).
+pub const FOLLOW_RETRY: Duration = Duration::from_secs(1);
+
 /// The CLI's worker id: says it is the CLI, and which one. Claims carry a
 /// worker id, and a worker that starts under an id takes over at once the
 /// calls held under that id, so the CLI must never use a real worker's.

@@ -260,17 +260,22 @@ async fn every_subcommand_against_a_shared_postgres_journal() {
     assert!(worker.rt.operation(&worker.key).await.unwrap().is_none());
 }
 
-/// The follower's next line, as JSON; waits for it (bounded, so that a
-/// follower that stopped or skipped fails the test instead of hanging it).
-async fn next_event(
-    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
-) -> serde_json::Value {
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+/// The follower's next line (of stdout or stderr); waits for it (bounded,
+/// so that a follower that stopped or skipped fails the test instead of
+/// hanging it).
+async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(lines: &mut tokio::io::Lines<R>) -> String {
+    tokio::time::timeout(Duration::from_secs(30), lines.next_line())
         .await
-        .expect("the follower printed the next event")
+        .expect("the follower printed its next line")
         .unwrap()
-        .expect("the follower still runs");
-    serde_json::from_str(&line).unwrap()
+        .expect("the follower still runs")
+}
+
+/// The follower's next event.
+async fn next_event<R: tokio::io::AsyncBufRead + Unpin>(
+    lines: &mut tokio::io::Lines<R>,
+) -> serde_json::Value {
+    serde_json::from_str(&next_line(lines).await).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -309,6 +314,70 @@ async fn audit_follow_prints_what_a_worker_writes_while_it_runs() {
     assert_eq!(kind_of(&events[0]), "resolved");
     assert_eq!(events[0]["kind"]["resolved"]["note"], "followed");
     assert_eq!(kind_of(events.last().unwrap()), "committed");
+    let _ = child.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_follow_waits_out_a_database_restart_and_skips_nothing() {
+    // A server of its own: the shared one serves the other tests.
+    let server = PgServer::start().unwrap();
+    let url = server.create_database().unwrap();
+    let worker = PgWorker::start(&url).await;
+    let mut child = idem_command(&["--postgres", &url, "--json", "audit", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut errors = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let before = worker.seqs(0).await;
+    for seq in &before {
+        assert_eq!(next_event(&mut lines).await["seq"].as_u64(), Some(*seq));
+    }
+
+    // The database goes away while the follower waits for more: it says so
+    // and keeps running.
+    server.stop_immediate().unwrap();
+    let said = next_line(&mut errors).await;
+    assert!(said.starts_with("idem: cannot read the stream"), "{said}");
+    server.start_again().unwrap();
+
+    // The worker writes once the database is back (its pool drops the
+    // connections the restart closed; reading once shows it is through).
+    let mut tries = 0;
+    while worker.rt.audit(0).await.is_err() {
+        tries += 1;
+        assert!(
+            tries < 100,
+            "the worker never reached the restarted database"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    worker
+        .rt
+        .resolve(&worker.key, Resolution::Reissue, "after the restart")
+        .await
+        .unwrap();
+    worker.call_again().await.expect("the reissued wire");
+
+    // The follower goes on from the next unread event: all of what came
+    // after, once each, in order.
+    let after = worker.seqs(before.last().unwrap() + 1).await;
+    let mut events = Vec::new();
+    for _ in &after {
+        events.push(next_event(&mut lines).await);
+    }
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, after);
+    assert_eq!(events[0]["kind"]["resolved"]["note"], "after the restart");
+    let said = next_line(&mut errors).await;
+    assert_eq!(
+        said,
+        format!(
+            "idem: reading the stream again, from seq {}",
+            before.last().unwrap() + 1
+        )
+    );
     let _ = child.kill().await;
 }
 
