@@ -14,12 +14,13 @@ Finding the journal:
                   comes from IDEM_ADMIN_TOKEN.
   --postgres URL  the shared PostgreSQL journal of several workers (e.g.
                   postgres://idem@/idem?host=/run/idem-pg): idem connects to it as one
-                  more client, under the worker id idem-cli@HOST-PID, and never creates
-                  its tables (a database without them exits with code 3). Everything
-                  works but --landed (only a worker that defines the tool can check a
-                  result: use --url with its admin API); `audit --follow` polls the
-                  shared stream and waits out a database restart; `prune` needs
-                  --keep.
+                  more client, under the worker id idem-cli@HOST-PID. Only `migrate`
+                  creates its tables (elsewhere a database without them exits with
+                  code 3), so the other commands need only the rows' privileges.
+                  Everything works but --landed (only a worker that defines the tool
+                  can check a result: use --url with its admin API); `audit --follow`
+                  polls the shared stream and waits out a database restart; `prune`
+                  needs --keep.
 Give one of the three. The token is IDEM_ADMIN_TOKEN when set, else
 DIR/idem-admin-token.
 
@@ -104,6 +105,10 @@ pub enum Command {
     },
     /// Per-tool counts: calls, retries, dedupe hits, replays, escalations.
     Stats,
+    /// With --postgres: creates the journal's tables, or checks that the
+    /// ones there are a version this build reads (idempotent; safe while
+    /// workers run).
+    Migrate,
     /// Removes finished operations, steps and events past the retention.
     Prune {
         /// With no running process, and with --postgres: how long to keep

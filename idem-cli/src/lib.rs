@@ -8,6 +8,7 @@
 //! idem --journal DIR audit --from 0 --follow          # the audit stream, live
 //! idem --journal DIR tools | stats | prune
 //! idem --postgres 'postgres://idem@/idem?host=/run/idem-pg' escalations   # a shared journal
+//! idem --postgres 'postgres://owner@/idem?host=/run/idem-pg' migrate       # create its tables
 //! ```
 //!
 //! With `--journal DIR` it finds the process that holds the journal through
@@ -25,9 +26,10 @@
 //! reason as above (it says to resolve through a worker's admin API with
 //! `--url`); `audit --follow` polls the shared stream, since the events come
 //! from other processes, and waits out a database it cannot reach (a
-//! restart) instead of ending; `prune` needs `--keep`. It never creates the
-//! journal's tables: a database without them is reported (exit code 3),
-//! which is what a mistyped database name looks like.
+//! restart) instead of ending; `prune` needs `--keep`. Only `migrate` creates
+//! the journal's tables: elsewhere a database without them is reported
+//! (exit code 3), which is what a mistyped database name looks like, and the
+//! role needs only the rows' privileges.
 //!
 //! Output is a table for people, JSON with `--json`; failures exit non-zero
 //! (see [`error::exit`]) with the reason on stderr.
@@ -95,6 +97,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Prune { keep: Some(k) } => Some(parse_duration(k)?),
         _ => None,
     };
+    if let Command::Migrate = cli.command {
+        return migrate(&cli).await;
+    }
     let backend = match (&cli.postgres, &cli.url, &cli.journal) {
         (Some(url), None, None) => Backend::postgres(url, keep).await?,
         (Some(_), url, _) => {
@@ -136,13 +141,6 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                  --postgres URL",
             ))
         }
-    };
-    let mut stdout = std::io::stdout().lock();
-    let mut print = |text: &str| -> Result<(), CliError> {
-        stdout
-            .write_all(text.as_bytes())
-            .and_then(|_| stdout.flush())
-            .map_err(|e| CliError::new(exit::REFUSED, "output", format!("writing the output: {e}")))
     };
     let json = cli.json;
     let as_json = |v: &dyn erased::Json| v.to_json_string();
@@ -214,6 +212,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 print(&render::stats(&stats))
             }
         }
+        Command::Migrate => unreachable!("answered above, without a backend"),
         Command::Prune { .. } => {
             let report = backend.prune(keep).await?;
             if json {
@@ -222,6 +221,36 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 print(&render::prune(&report))
             }
         }
+    }
+}
+
+/// Writes `text` to stdout, flushed (a follower's lines must not wait in a
+/// buffer).
+fn print(text: &str) -> Result<(), CliError> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+        .map_err(|e| CliError::new(exit::REFUSED, "output", format!("writing the output: {e}")))
+}
+
+/// `idem --postgres URL migrate`. Only the PostgreSQL journal has a schema
+/// to create ahead of time: a sled journal is created by the process that
+/// first opens it.
+async fn migrate(cli: &Cli) -> Result<(), CliError> {
+    let (Some(url), None, None) = (&cli.postgres, &cli.url, &cli.journal) else {
+        return Err(CliError::usage(
+            "migrate is for the PostgreSQL journal: give --postgres URL (and neither --journal \
+             nor --url)",
+        )
+        .hint("a sled journal needs no migration: the process that opens it creates it"));
+    };
+    let done = pg::migrate(url).await?;
+    if cli.json {
+        print(&serde_json::to_string_pretty(&done).unwrap_or_default())?;
+        print("\n")
+    } else {
+        print(&render::migrated(&done))
     }
 }
 

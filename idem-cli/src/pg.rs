@@ -46,10 +46,105 @@ fn host_name() -> String {
 ///
 /// Fails with a usage error (exit 2) when `url` is not a connection string,
 /// and as unreachable (exit 3) when the database cannot be reached or holds
-/// no idem journal: the CLI never creates one (workers do, when they first
-/// connect), so a mistyped database name is reported rather than given
-/// idem's tables and shown as an empty journal.
+/// no idem journal: only [`migrate`] creates one (and workers, when they
+/// first connect), so a mistyped database name is reported rather than
+/// given idem's tables and shown as an empty journal. It changes no schema,
+/// so the role needs only the rows' privileges.
 pub async fn connect(url: &str, keep: Option<Duration>) -> Result<Runtime, CliError> {
+    let (config, location) = parse(url)?;
+    if !schema_exists(&config, &location).await? {
+        return Err(no_journal(&location));
+    }
+    let mut builder = Runtime::builder();
+    if let Some(keep) = keep {
+        builder = builder.retention(keep);
+    }
+    let rt = builder
+        .postgres(url)
+        .worker_id(worker_id())
+        .postgres_options(PostgresOptions {
+            // One command at a time: two connections are plenty (besides
+            // the journal's listening one).
+            pool_size: 2,
+            connect_timeout: CONNECT_TIMEOUT,
+            // The CLI reads and writes rows; creating the schema is
+            // `idem migrate`'s (or a worker's) business, so the operator's
+            // role needs no CREATE privilege.
+            migrate: false,
+            ..PostgresOptions::default()
+        })
+        .connect()
+        .await
+        .map_err(|e| match &e {
+            idem_runtime::Error::Storage { detail, .. } => {
+                let error = CliError::unreachable(format!(
+                    "cannot open the PostgreSQL journal at {location}: {e}"
+                ));
+                if is_insufficient_privilege(detail) {
+                    error.hint(
+                        "idem reads and writes the journal's rows as a worker does: its role \
+                         needs SELECT, INSERT, UPDATE and DELETE on the idem_* tables and \
+                         USAGE on the idem_versions sequence",
+                    )
+                } else {
+                    error
+                }
+            }
+            idem_runtime::Error::Usage(message) => {
+                CliError::usage(format!("--postgres: {message}"))
+            }
+            e => CliError::runtime(e),
+        })?;
+    Ok(rt)
+}
+
+/// What `idem migrate` found and did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Migrated {
+    /// The database, without the password.
+    pub location: String,
+    /// The schema's version, now.
+    pub schema_version: i32,
+    /// Whether this run created it (false: it was there already).
+    pub created: bool,
+}
+
+/// `idem --postgres URL migrate`: creates the journal's schema, or checks
+/// that the one there is a version this build reads. The one command that
+/// creates tables, and idempotent: workers that connect at the same time
+/// are not disturbed (creation runs under an advisory lock).
+pub async fn migrate(url: &str) -> Result<Migrated, CliError> {
+    let (config, location) = parse(url)?;
+    let existed = schema_exists(&config, &location).await?;
+    let schema_version = PostgresJournal::migrate(url).await.map_err(|e| {
+        let error = CliError::runtime(&e);
+        match &e {
+            idem_runtime::Error::Storage { detail, .. } if is_insufficient_privilege(detail) => {
+                error.hint(
+                    "creating the schema needs CREATE on the database's schema (public, or \
+                     the first of the URL's search_path): run idem migrate as the database's \
+                     owner, and let the workers and operators use a role with the rows' \
+                     privileges",
+                )
+            }
+            _ => error,
+        }
+    })?;
+    Ok(Migrated {
+        location,
+        schema_version,
+        created: !existed,
+    })
+}
+
+/// SQLSTATE 42501, insufficient_privilege, in a journal error's detail.
+fn is_insufficient_privilege(detail: &str) -> bool {
+    detail.contains("(42501)")
+}
+
+/// The URL parsed, with the CLI's connect timeout and application name, and
+/// the location to name in messages.
+fn parse(url: &str) -> Result<(Config, String), CliError> {
     let mut config: Config = url.parse().map_err(|e| {
         CliError::usage(format!(
             "--postgres: not a PostgreSQL connection string: {}",
@@ -66,50 +161,12 @@ pub async fn connect(url: &str, keep: Option<Duration>) -> Result<Runtime, CliEr
     }
     // Parsed above, so this cannot fail; never the password.
     let location = PostgresJournal::redacted_url(url).unwrap_or_default();
-    probe(&config, &location).await?;
-    let mut builder = Runtime::builder();
-    if let Some(keep) = keep {
-        builder = builder.retention(keep);
-    }
-    let rt = builder
-        .postgres(url)
-        .worker_id(worker_id())
-        .postgres_options(PostgresOptions {
-            // One command at a time: two connections are plenty (besides
-            // the journal's listening one).
-            pool_size: 2,
-            connect_timeout: CONNECT_TIMEOUT,
-            ..PostgresOptions::default()
-        })
-        .connect()
-        .await
-        .map_err(|e| match &e {
-            idem_runtime::Error::Storage { detail, .. } => {
-                let error = CliError::unreachable(format!(
-                    "cannot open the PostgreSQL journal at {location}: {e}"
-                ));
-                // SQLSTATE 42501, insufficient_privilege.
-                if detail.contains("(42501)") {
-                    error.hint(
-                        "idem connects as a worker does, which checks the journal's tables \
-                         with CREATE ... IF NOT EXISTS: its role needs the workers' privileges \
-                         (on the idem_* tables, and CREATE on their schema)",
-                    )
-                } else {
-                    error
-                }
-            }
-            idem_runtime::Error::Usage(message) => {
-                CliError::usage(format!("--postgres: {message}"))
-            }
-            e => CliError::runtime(e),
-        })?;
-    Ok(rt)
+    Ok((config, location))
 }
 
 /// Reaches the database and looks for the journal's schema table, without
 /// creating anything.
-async fn probe(config: &Config, location: &str) -> Result<(), CliError> {
+async fn schema_exists(config: &Config, location: &str) -> Result<bool, CliError> {
     let unreachable = |e: tokio_postgres::Error| {
         CliError::unreachable(format!(
             "cannot reach the PostgreSQL journal at {location}: {}",
@@ -129,16 +186,18 @@ async fn probe(config: &Config, location: &str) -> Result<(), CliError> {
         .map(|row| row.get::<_, Option<String>>(0));
     drop(client);
     let _ = task.await;
-    if found?.is_none() {
-        return Err(CliError::unreachable(format!(
-            "no idem journal at {location}: the database has no idem_schema table"
-        ))
-        .hint(
-            "check the database name (and search_path) in the URL; a worker creates the \
-             journal's tables when it first connects (Runtime::connect), idem never does",
-        ));
-    }
-    Ok(())
+    Ok(found?.is_some())
+}
+
+fn no_journal(location: &str) -> CliError {
+    CliError::unreachable(format!(
+        "no idem journal at {location}: the database has no idem_schema table"
+    ))
+    .hint(
+        "check the database name (and search_path) in the URL; the journal's tables are \
+         created by `idem --postgres URL migrate` or by a worker when it first connects \
+         (Runtime::connect), never by the other commands",
+    )
 }
 
 /// The error with the server's message, when the server said something,

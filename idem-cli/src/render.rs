@@ -386,6 +386,22 @@ pub fn stats(view: &StatsView) -> String {
     out
 }
 
+/// `idem migrate`.
+pub fn migrated(done: &crate::pg::Migrated) -> String {
+    if done.created {
+        format!(
+            "created the idem journal's tables at {} (schema version {})\n",
+            done.location, done.schema_version
+        )
+    } else {
+        format!(
+            "the idem journal at {} has schema version {}, the one this build reads: nothing \
+             to do\n",
+            done.location, done.schema_version
+        )
+    }
+}
+
 /// `idem prune`.
 pub fn prune(view: &PruneView) -> String {
     format!(

@@ -470,29 +470,122 @@ async fn a_malformed_url_or_two_journals_are_usage_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_role_without_the_workers_privileges_is_told_what_it_needs() {
+async fn an_operator_role_needs_the_rows_privileges_and_is_told_when_it_lacks_them() {
     let server = PgServer::shared();
     let url = server.create_database().unwrap();
     let worker = PgWorker::start(&url).await;
     let db = PgServer::database_of(&url);
-    // A role that may read and write the journal's rows, but not create
-    // tables: connecting checks the schema with CREATE ... IF NOT EXISTS.
-    let role = format!("ops_{db}");
+    let as_role = |role: &str| url.replace("postgres://postgres@", &format!("postgres://{role}@"));
+
+    // A role that may read and write the journal's rows but not create
+    // tables (PostgreSQL 15 gives no CREATE on `public` to other roles):
+    // everything works, the schema is left alone.
+    let ops = format!("ops_{db}");
     server
         .psql(
             db,
             &format!(
-                "CREATE ROLE {role} LOGIN; \
-                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}; \
-                 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}"
+                "CREATE ROLE {ops} LOGIN; \
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {ops}; \
+                 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {ops}"
             ),
         )
         .unwrap();
-    let as_ops = url.replace("postgres://postgres@", &format!("postgres://{role}@"));
-    let run = pg(&as_ops, &["escalations"]).await;
+    let listed = json_lines_of(&pg(&as_role(&ops), &["--json", "escalations"]).await);
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    let run = pg(
+        &as_role(&ops),
+        &[
+            "resolve",
+            worker.key.as_ref(),
+            "--reissue",
+            "--note",
+            "by ops",
+        ],
+    )
+    .await;
+    run.ok();
+    assert!(worker.rt.escalations().await.unwrap().is_empty());
+    // ... but it cannot create the schema, and is told who can.
+    let other = server.create_database().unwrap();
+    let run = pg(
+        &other.replace("postgres://postgres@", &format!("postgres://{ops}@")),
+        &["migrate"],
+    )
+    .await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("permission denied"), "{run:?}");
+    assert!(run.stderr.contains("database's owner"), "{run:?}");
+    assert_eq!(idem_relations(server, PgServer::database_of(&other)), "0");
+
+    // A role with no privileges on the rows is told which it needs.
+    let nobody = format!("nobody_{db}");
+    server
+        .psql(db, &format!("CREATE ROLE {nobody} LOGIN"))
+        .unwrap();
+    let run = pg(&as_role(&nobody), &["escalations"]).await;
     assert_eq!(run.code, 3, "{run:?}");
     assert!(run.stderr.contains("permission denied"), "{run:?}");
-    assert!(run.stderr.contains("CREATE on their schema"), "{run:?}");
-    // The journal is as the worker left it.
+    assert!(
+        run.stderr
+            .contains("SELECT, INSERT, UPDATE and DELETE on the idem_* tables"),
+        "{run:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_creates_the_tables_once_and_only_for_postgres() {
+    let server = PgServer::shared();
+    let url = server.create_database().unwrap();
+    let db = PgServer::database_of(&url);
+    let run = pg(&url, &["escalations"]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(
+        run.stderr.contains("idem --postgres URL migrate"),
+        "{run:?}"
+    );
+
+    let first = json_lines_of(&pg(&url, &["--json", "migrate"]).await);
+    assert_eq!(first["created"], true, "{first}");
+    assert_eq!(first["schema_version"], 1, "{first}");
+    assert!(!first["location"].as_str().unwrap().contains("password"));
+    let tables = idem_relations(server, db);
+    assert_ne!(tables, "0");
+    let again = pg(&url, &["migrate"]).await;
+    assert!(again.ok().contains("nothing to do"), "{again:?}");
+    assert_eq!(idem_relations(server, db), tables);
+    let listed = json_lines_of(&pg(&url, &["--json", "escalations"]).await);
+    assert_eq!(listed, json!([]));
+    // The journal it made is the one workers use.
+    let worker = PgWorker::start(&url).await;
     assert_eq!(worker.rt.escalations().await.unwrap().len(), 1);
+
+    // A schema newer than this build's is refused by both, untouched.
+    server
+        .psql(db, "UPDATE idem_schema SET version = 2")
+        .unwrap();
+    for args in [&["migrate"][..], &["escalations"][..]] {
+        let run = pg(&url, args).await;
+        assert_eq!(run.code, 1, "{args:?}: {run:?}");
+        assert!(run.stderr.contains("format version 2"), "{args:?}: {run:?}");
+    }
+    assert_eq!(
+        server
+            .psql(db, "SELECT version FROM idem_schema")
+            .unwrap()
+            .trim(),
+        "2"
+    );
+
+    // A sled journal has nothing to migrate.
+    let dir = tempfile::tempdir().unwrap();
+    let run = idem_bare(&["--journal", dir.path().to_str().unwrap(), "migrate"], &[]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("give --postgres URL"), "{run:?}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// The whole stdout of a `--json` run, as one JSON value.
+fn json_lines_of(run: &Run) -> serde_json::Value {
+    serde_json::from_str(run.ok()).unwrap_or_else(|e| panic!("{e}: {run:?}"))
 }

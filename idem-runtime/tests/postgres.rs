@@ -87,6 +87,54 @@ async fn the_schema_is_created_once_and_a_newer_one_is_refused_untouched() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_migrate_connecting_only_checks_the_schema_and_creates_nothing() {
+    let server = PgServer::shared();
+    let url = server.create_database().unwrap();
+    let db = PgServer::database_of(&url);
+    let tables = || {
+        server
+            .psql(
+                db,
+                "SELECT count(*) FROM pg_class WHERE relname LIKE 'idem%'",
+            )
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let check_only = PostgresOptions {
+        migrate: false,
+        ..PostgresOptions::default()
+    };
+    let Err(err) = PostgresJournal::connect_with(&url, &check_only).await else {
+        panic!("no schema must be refused, but it connected");
+    };
+    assert!(matches!(err, Error::NotAJournal { .. }), "{err}");
+    assert!(err.to_string().contains("no idem_schema table"), "{err}");
+    assert_eq!(tables(), "0", "nothing was created");
+
+    // Once created, it connects and works; a version it does not read is
+    // refused as with migrating, untouched.
+    assert_eq!(PostgresJournal::migrate(&url).await.unwrap(), 1);
+    let created = tables();
+    let journal = PostgresJournal::connect_with(&url, &check_only)
+        .await
+        .expect("the schema is there");
+    assert!(journal.load(Space::Ops, &K).await.unwrap().is_none());
+    drop(journal);
+    server
+        .psql(db, "UPDATE idem_schema SET version = 2")
+        .unwrap();
+    let Err(err) = PostgresJournal::connect_with(&url, &check_only).await else {
+        panic!("another version must be refused, but it connected");
+    };
+    assert!(
+        matches!(err, Error::UnsupportedFormat { found: 2, .. }),
+        "{err}"
+    );
+    assert_eq!(tables(), created);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_in_another_process_is_woken_by_the_writers_notification() {
     let url = PgServer::shared().create_database().unwrap();
     // Polling once an hour: only a notification can wake the waiter in time.

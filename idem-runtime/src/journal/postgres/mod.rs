@@ -75,6 +75,16 @@ pub struct PostgresOptions {
     pub poll: Duration,
     /// How long opening a connection may take (default 10 s).
     pub connect_timeout: Duration,
+    /// Whether connecting creates the schema when the database has none
+    /// (default true: the first worker to connect creates it). With false,
+    /// connecting only checks that the schema is there in the version this
+    /// build reads (none: [`Error::NotAJournal`]; another version:
+    /// [`Error::UnsupportedFormat`]) and changes nothing, so the role needs
+    /// no `CREATE` privilege, only the rows' (`SELECT`, `INSERT`, `UPDATE`,
+    /// `DELETE` on the `idem_*` tables, `USAGE` on their sequence): for an
+    /// operator's tool, or a deployment that creates the schema as a step
+    /// of its own ([`PostgresJournal::migrate`], `idem migrate`).
+    pub migrate: bool,
 }
 
 impl Default for PostgresOptions {
@@ -84,6 +94,7 @@ impl Default for PostgresOptions {
             pool_size: 16,
             poll: Duration::from_millis(100),
             connect_timeout: Duration::from_secs(10),
+            migrate: true,
         }
     }
 }
@@ -325,7 +336,11 @@ impl PostgresJournal {
                 .get()
                 .await
                 .map_err(|e| Error::storage("connect", &location, e))?;
-            schema::migrate(&mut client, &location).await?;
+            if options.migrate {
+                schema::migrate(&mut client, &location).await?;
+            } else {
+                schema::check(&**client, &location).await?;
+            }
             listen::measure_offset(&client, &clock)
                 .await
                 .map_err(pg("read the database's clock", &location))?;

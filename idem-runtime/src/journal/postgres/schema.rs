@@ -6,7 +6,7 @@
 //! have; a database whose version is newer than this build's is refused
 //! untouched, as the sled journal refuses a newer format.
 
-use deadpool_postgres::tokio_postgres::Client;
+use deadpool_postgres::tokio_postgres::{Client, GenericClient};
 
 use crate::error::Error;
 
@@ -69,55 +69,87 @@ CREATE TABLE IF NOT EXISTS idem_barrier (
 );
 ";
 
+/// An error of step `op`, with the server's words: tokio-postgres's own
+/// Display is only "db error" (a role without CREATE on the schema, say).
+fn storage(
+    op: &'static str,
+    location: &str,
+) -> impl FnOnce(deadpool_postgres::tokio_postgres::Error) -> Error {
+    let location = location.to_string();
+    move |e| Error::storage(op, &location, super::describe(&e))
+}
+
+/// The version row of the schema, if the database has the schema table
+/// (`None` inside: the table without its row, a creation in progress).
+async fn found_version(
+    client: &impl GenericClient,
+    location: &str,
+) -> Result<Option<Option<i32>>, Error> {
+    let exists: Option<String> = client
+        .query_one("SELECT to_regclass('idem_schema')::text", &[])
+        .await
+        .map_err(storage("look for the schema", location))?
+        .get(0);
+    if exists.is_none() {
+        return Ok(None);
+    }
+    let found = client
+        .query_opt("SELECT version FROM idem_schema", &[])
+        .await
+        .map_err(storage("read the schema version", location))?
+        .map(|r| r.get(0));
+    Ok(Some(found))
+}
+
+fn unsupported(location: &str, found: i32) -> Error {
+    Error::UnsupportedFormat {
+        path: location.into(),
+        found: found as u32,
+        supported: SCHEMA_VERSION as u32,
+    }
+}
+
+/// Checks, changing nothing, that the database holds the schema in the
+/// version this build reads.
+pub async fn check(client: &impl GenericClient, location: &str) -> Result<(), Error> {
+    match found_version(client, location).await? {
+        Some(Some(SCHEMA_VERSION)) => Ok(()),
+        Some(Some(found)) => Err(unsupported(location, found)),
+        found => Err(Error::NotAJournal {
+            path: location.into(),
+            detail: match found {
+                None => "the database has no idem_schema table".into(),
+                Some(_) => "idem_schema holds no version".into(),
+            },
+        }),
+    }
+}
+
 /// Creates or checks the schema; returns its version.
 pub async fn migrate(client: &mut Client, location: &str) -> Result<i32, Error> {
-    let storage = |op: &'static str| {
-        let location = location.to_string();
-        // With the server's words: tokio-postgres's own Display is only
-        // "db error" (a role without CREATE on the schema, say).
-        move |e: deadpool_postgres::tokio_postgres::Error| {
-            Error::storage(op, &location, super::describe(&e))
-        }
-    };
     let tx = client
         .transaction()
         .await
-        .map_err(storage("start the schema migration"))?;
+        .map_err(storage("start the schema migration", location))?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
-        .map_err(storage("lock the schema"))?;
-    let exists: Option<String> = tx
-        .query_one("SELECT to_regclass('idem_schema')::text", &[])
-        .await
-        .map_err(storage("look for the schema"))?
-        .get(0);
-    if exists.is_some() {
-        let found: Option<i32> = tx
-            .query_opt("SELECT version FROM idem_schema", &[])
-            .await
-            .map_err(storage("read the schema version"))?
-            .map(|r| r.get(0));
-        if let Some(found) = found {
-            if found > SCHEMA_VERSION {
-                return Err(Error::UnsupportedFormat {
-                    path: location.into(),
-                    found: found as u32,
-                    supported: SCHEMA_VERSION as u32,
-                });
-            }
+        .map_err(storage("lock the schema", location))?;
+    if let Some(Some(found)) = found_version(&tx, location).await? {
+        if found > SCHEMA_VERSION {
+            return Err(unsupported(location, found));
         }
     }
     tx.batch_execute(V1)
         .await
-        .map_err(storage("create the schema"))?;
+        .map_err(storage("create the schema", location))?;
     tx.execute(
         "INSERT INTO idem_schema (version) VALUES ($1) ON CONFLICT (id) DO NOTHING",
         &[&SCHEMA_VERSION],
     )
     .await
-    .map_err(storage("record the schema version"))?;
+    .map_err(storage("record the schema version", location))?;
     tx.commit()
         .await
-        .map_err(storage("commit the schema migration"))?;
+        .map_err(storage("commit the schema migration", location))?;
     Ok(SCHEMA_VERSION)
 }
