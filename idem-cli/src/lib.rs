@@ -240,8 +240,8 @@ fn print(text: &str) -> Result<(), CliError> {
 async fn migrate(cli: &Cli) -> Result<(), CliError> {
     let (Some(url), None, None) = (&cli.postgres, &cli.url, &cli.journal) else {
         return Err(CliError::usage(
-            "migrate is for the PostgreSQL journal: give --postgres URL (and neither --journal \
-             nor --url)",
+            "migrate is for the PostgreSQL journal: give --postgres URL, and neither --journal \
+             (IDEM_JOURNAL) nor --url (IDEM_ADMIN_URL)",
         )
         .hint("a sled journal needs no migration: the process that opens it creates it"));
     };

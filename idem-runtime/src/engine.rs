@@ -61,8 +61,8 @@ use crate::ctx::Ctx;
 use crate::error::{Error, ToolError};
 use crate::failure::{Classify, Failure, Verdict};
 use crate::journal::{
-    Claim, ClaimChange, Durability, Entry, Expect, Held, Journal, Local, NewEvent, Slot, Space,
-    Write, Written,
+    Claim, ClaimChange, Claimed, Durability, Entry, Expect, Held, Journal, Loaded, Local, NewEvent,
+    Slot, Space, Write, Written,
 };
 use crate::key::{hex, Args, IdemKey, KeyBuilder};
 use crate::record::{
@@ -210,6 +210,10 @@ where
     }
     let deadline = tokio::time::Instant::now() + shared.in_flight_wait;
     let mut waited = false;
+    // Only the first pass may skip the read; after a conflict, read.
+    let mut claim_first = shared.journal.claim_first();
+    // The record a refused claim found, for the next pass.
+    let mut found: Option<Option<Loaded>> = None;
     loop {
         let slot = match local.enter(&digest) {
             Entry::Leader(slot) => slot,
@@ -232,10 +236,22 @@ where
                 continue;
             }
         };
-        let mut op = Op::load(ctx, tool, &key, &called, &slot).await?;
+        let unread = std::mem::take(&mut claim_first);
+        let mut op = Op::blank(ctx, tool, &key, &called, &slot);
+        match found.take() {
+            Some(loaded) => op.take_in(loaded)?,
+            None if unread => op.unread = true,
+            None => op.read().await?,
+        }
         match op.drive(&called, &mut body, &hooks, waited).await {
             Ok(v) => return Ok(v),
             Err(Halt::Tool(e)) => return Err(e),
+            Err(Halt::Conflict) if unread && op.version.is_none() => {
+                // Claimed without reading, and the record exists: nothing
+                // was written and nothing waited; decide from the record
+                // the claim found (or read it, if the claim could not).
+                found = op.found.take();
+            }
             Err(Halt::Conflict) => {
                 // The record changed under us (another driver took it): re-
                 // decide from what it is now, as a call that waited would.
@@ -502,22 +518,29 @@ struct Op<'a> {
     /// (for [`Op::revert`]).
     previous: Option<Vec<u8>>,
     tried: Option<Vec<u8>>,
+    /// Driven without reading the journal first: the first write is a
+    /// [`Journal::claim`], and what it found when the record exists.
+    unread: bool,
+    found: Option<Option<Loaded>>,
 }
 
 impl<'a> Op<'a> {
-    /// The operation as the journal has it, or a blank one. A record that
-    /// cannot be decoded is an error, never "absent"; a record of another
-    /// tool or class is an error, never a replay.
-    async fn load(
+    /// The operation as if the journal had no record of it, until
+    /// [`read`](Op::read) or [`take_in`](Op::take_in) says otherwise; a
+    /// call on a journal that claims first ([`Journal::claim_first`])
+    /// drives it as is: its first write expects the record to be absent,
+    /// so a record that exists turns it into [`Halt::Conflict`] with
+    /// nothing written.
+    fn blank(
         ctx: &'a Ctx,
         tool: &'static ToolDescriptor,
         key: &IdemKey,
         called: &Called,
         slot: &'a Slot<'a>,
-    ) -> Result<Op<'a>, Error> {
+    ) -> Op<'a> {
         let shared = ctx.shared();
         let now = shared.clock.now_ms();
-        let mut op = Op {
+        Op {
             ctx,
             shared,
             tool,
@@ -548,30 +571,48 @@ impl<'a> Op<'a> {
             found_ms: now,
             previous: None,
             tried: None,
-        };
-        let journal = &*shared.journal;
-        if let Some(loaded) = journal.load(Space::Ops, key.digest()).await? {
-            let rec: OpRecord =
-                record::decode(Kind::Op, &loaded.body, journal.location(), key.digest())?;
-            if rec.tool != tool.name || rec.class != tool.class {
+            unread: false,
+            found: None,
+        }
+    }
+
+    /// Takes in the journal's record of the operation, if it has one.
+    async fn read(&mut self) -> Result<(), Error> {
+        let loaded = self
+            .shared
+            .journal
+            .load(Space::Ops, self.key.digest())
+            .await?;
+        self.take_in(loaded)
+    }
+
+    /// Takes in what the journal returned for the operation. A record that
+    /// cannot be decoded is an error, never "absent"; a record of another
+    /// tool or class is an error, never a replay.
+    fn take_in(&mut self, loaded: Option<Loaded>) -> Result<(), Error> {
+        let journal = &*self.shared.journal;
+        let digest = self.key.digest();
+        if let Some(loaded) = loaded {
+            let rec: OpRecord = record::decode(Kind::Op, &loaded.body, journal.location(), digest)?;
+            if rec.tool != self.tool.name || rec.class != self.tool.class {
                 return Err(Error::ToolMismatch {
-                    key: key.to_string(),
+                    key: self.key.to_string(),
                     stored_tool: rec.tool,
                     stored_class: rec.class,
-                    tool: tool.name.to_string(),
-                    class: tool.class,
+                    tool: self.tool.name.to_string(),
+                    class: self.tool.class,
                 });
             }
-            if rec.generation != key.generation() {
-                op.key = key.with_generation(rec.generation);
+            if rec.generation != self.key.generation() {
+                self.key = self.key.with_generation(rec.generation);
             }
-            op.found_ms = rec.updated_ms;
-            op.rec = rec;
-            op.version = Some(loaded.version);
-            op.previous = Some(loaded.body);
-            op.claim = loaded.claim;
+            self.found_ms = rec.updated_ms;
+            self.rec = rec;
+            self.version = Some(loaded.version);
+            self.previous = Some(loaded.body);
+            self.claim = loaded.claim;
         }
-        Ok(op)
+        Ok(())
     }
 
     /// Whether the record's claim belongs to a driver that may be running
@@ -1340,7 +1381,26 @@ impl<'a> Op<'a> {
             events: &new_events,
             durability,
         };
-        match self.shared.journal.write(write).await? {
+        let written = if std::mem::take(&mut self.unread) {
+            match self.shared.journal.claim(write).await? {
+                Claimed::Done {
+                    version,
+                    epoch,
+                    seqs,
+                } => Written::Done {
+                    version,
+                    epoch,
+                    seqs,
+                },
+                Claimed::Exists(found) => {
+                    self.found = Some(found);
+                    Written::Conflict
+                }
+            }
+        } else {
+            self.shared.journal.write(write).await?
+        };
+        match written {
             Written::Done {
                 version,
                 epoch,

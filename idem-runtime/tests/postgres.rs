@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::journal::{
-    ClaimChange, Durability, Expect, Held, Journal, NewEvent, Owner, Space, Write, Written,
+    ClaimChange, Claimed, Durability, Expect, Held, Journal, NewEvent, Owner, Space, Write, Written,
 };
 use idem_runtime::{Class, Error, PostgresJournal, PostgresOptions, Runtime, ToolError};
 use idem_testkit::engine::{call, tool_with, ScriptedProvider, Step, VerifyMode};
@@ -251,6 +251,44 @@ async fn eventual_events_are_made_durable_before_a_reader_sees_them() {
     let after = PostgresJournal::connect(&url).await.unwrap();
     let events = after.events(0, 10).await.unwrap();
     assert_eq!(events, [(seq, b"dedupe hit".to_vec())]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_writes_an_absent_record_or_returns_the_one_there_unchanged() {
+    let url = PgServer::shared().create_database().unwrap();
+    let j = PostgresJournal::connect(&url).await.unwrap();
+    assert!(
+        j.claim_first(),
+        "a read is a round trip: the engine claims first"
+    );
+    let owner = Owner {
+        worker: Arc::from("a"),
+        incarnation: 1,
+    };
+    let event = [NewEvent {
+        key: Some(&K),
+        bytes: b"intent event",
+    }];
+    let claim = |body: &'static [u8]| Write {
+        events: &event,
+        ..put(Expect::Absent, body, ClaimChange::Take(&owner))
+    };
+    let Claimed::Done { version, seqs, .. } = j.claim(claim(b"first")).await.unwrap() else {
+        panic!("the record was absent");
+    };
+    assert_eq!(seqs.len(), 1);
+    let stored = j.load(Space::Ops, &K).await.unwrap().expect("written");
+    assert_eq!((stored.version, &stored.body[..]), (version, &b"first"[..]));
+
+    // Again: nothing written (not the body, not the claim, no event), and
+    // what comes back is what a read returns, in the same round trip.
+    let Claimed::Exists(Some(found)) = j.claim(claim(b"second")).await.unwrap() else {
+        panic!("the record exists");
+    };
+    assert_eq!(found, stored);
+    assert_eq!(j.load(Space::Ops, &K).await.unwrap(), Some(stored));
+    j.sync().await.unwrap();
+    assert_eq!(j.events(0, 100).await.unwrap().len(), 1, "no second event");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::journal::{BoxFuture, Journal, Write, Written};
+use idem_runtime::journal::{BoxFuture, Journal, Space, Write, Written};
 use idem_runtime::{Class, Ctx, Runtime, ToolError, Verdict};
 use idem_testkit::engine::{args, key, tool_with, TestError};
 use idem_testkit::{MemJournal, ProcessView};
@@ -133,6 +133,9 @@ impl Journal for SlowOnce {
     fn renewal(&self) -> Option<Duration> {
         self.inner.renewal()
     }
+    fn claim_first(&self) -> bool {
+        self.inner.claim_first()
+    }
     fn write<'a>(
         &'a self,
         write: Write<'a>,
@@ -209,4 +212,87 @@ async fn an_attempt_whose_lease_may_have_lapsed_is_not_started() {
         "attempt 1 never started"
     );
     assert_eq!(gate.sent.load(Ordering::SeqCst), 1);
+}
+
+/// A call that claims a key without reading it first (the journal's
+/// `claim_first`, as PostgreSQL's) and is then fenced by a worker that took
+/// the call over re-decides from what that worker decided, as any call that
+/// waited would: here it shares the provider's refusal instead of asking
+/// the provider again under a new generation.
+#[tokio::test(start_paused = true)]
+async fn a_call_fenced_after_claiming_unread_shares_the_new_owners_decision() {
+    let clock = Arc::new(idem_runtime::ManualClock::new(1_800_000_000_000));
+    let mem = MemJournal::with_leases(clock.clone(), Duration::from_secs(3));
+    assert!(mem.claim_first(), "the model claims first, as PostgreSQL");
+    // Worker A's INTENT lands, then A stalls past its lease (4 s of 3 s).
+    let slow = Arc::new(SlowOnce {
+        inner: ProcessView::new(mem.clone()),
+        slow: Duration::from_secs(4),
+        armed: AtomicBool::new(true),
+    });
+    let a_journal: Arc<dyn Journal> = slow.clone();
+    let a = Runtime::builder().journal(a_journal).open().unwrap();
+    let b = Runtime::builder()
+        .journal(ProcessView::new(mem.clone()))
+        .open()
+        .unwrap();
+    let t = tool_with("t", Class::Journal, |_| {});
+    let sent = Arc::new(AtomicUsize::new(0));
+    let call = |rt: &Runtime, answer: Result<u32, TestError>| {
+        let ctx = rt.run("run");
+        let sent = sent.clone();
+        async move {
+            let attempt = move |_c: Ctx| {
+                let sent = sent.clone();
+                let answer = answer.clone();
+                async move {
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    answer
+                }
+            };
+            let verify = |_c: Ctx| async { Ok(Verdict::<u32>::NotLanded) };
+            idem_runtime::__private::call(
+                &ctx,
+                t,
+                key(&ctx, t, 1),
+                args(1, "a"),
+                attempt,
+                Some(verify),
+            )
+            .await
+        }
+    };
+    let digest = *key(&a.run("run"), t, 1).digest();
+    let a_call = tokio::spawn(call(&a, Ok(1)));
+    // Until A's INTENT is in the journal (A is inside its stalled write).
+    let mut waited = Duration::ZERO;
+    while mem.load(Space::Ops, &digest).await.unwrap().is_none() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        waited += Duration::from_millis(10);
+        assert!(waited < Duration::from_secs(1), "A never wrote its INTENT");
+    }
+    // A's lease lapses; B takes the call over, verifies (not landed), asks
+    // the provider, which refuses.
+    clock.advance(Duration::from_secs(5));
+    let b_out = call(&b, Err(TestError::Declined)).await;
+    assert!(
+        matches!(b_out, Err(ToolError::Tool(TestError::Declined))),
+        "{b_out:?}"
+    );
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+    // A's write returns: its claim may have lapsed, so it sends nothing and
+    // re-decides from the record, which holds B's refusal.
+    let a_out = a_call.await.unwrap();
+    assert!(
+        matches!(
+            &a_out,
+            Err(ToolError::Journal(idem_runtime::Error::Rejected { .. }))
+        ),
+        "A shares B's refusal: {a_out:?}"
+    );
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        1,
+        "the provider was asked once"
+    );
 }

@@ -202,6 +202,10 @@ impl Journal for FaultyJournal {
         self.inner.renewal()
     }
 
+    fn claim_first(&self) -> bool {
+        self.inner.claim_first()
+    }
+
     fn load<'a>(
         &'a self,
         space: Space,
@@ -365,6 +369,10 @@ impl Journal for ProcessView {
 
     fn renewal(&self) -> Option<Duration> {
         self.inner.renewal()
+    }
+
+    fn claim_first(&self) -> bool {
+        self.inner.claim_first()
     }
 
     fn load<'a>(
@@ -603,6 +611,12 @@ impl Journal for MemJournal {
 
     fn renewal(&self) -> Option<Duration> {
         self.leases.as_ref().map(|(_, lease)| *lease / 3)
+    }
+
+    /// With leases, as the shared database it models (PostgreSQL's
+    /// journal claims first too).
+    fn claim_first(&self) -> bool {
+        self.leases.is_some()
     }
 
     fn load<'a>(

@@ -218,6 +218,24 @@ pub enum Written {
     Conflict,
 }
 
+/// The outcome of a [`Journal::claim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// The record was absent and is now written, as [`Written::Done`].
+    Done {
+        /// The record's version.
+        version: u64,
+        /// Its epoch.
+        epoch: u64,
+        /// The sequence numbers of the events, in order.
+        seqs: Vec<u64>,
+    },
+    /// The record exists; nothing was written. What a
+    /// [`load`](Journal::load) returns for it; `None` if it was gone again
+    /// by the time the journal looked (read it again).
+    Exists(Option<Loaded>),
+}
+
 /// A claim this process holds, for [`Journal::renew`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Held {
@@ -251,6 +269,17 @@ pub trait Journal: Send + Sync + 'static {
         None
     }
 
+    /// Whether the engine should claim a key before reading it (default
+    /// false). For a journal whose every read is a round trip to a server,
+    /// a call on a new key then costs its INTENT and its commit, not a
+    /// read besides: the INTENT is written with [`Journal::claim`], as for
+    /// an absent record, and if the record exists the claim changes
+    /// nothing and returns it, and the engine decides from it as it would
+    /// have from a read.
+    fn claim_first(&self) -> bool {
+        false
+    }
+
     /// How often an owner must [`renew`](Journal::renew) the claims it
     /// drives; `None` if claims do not expire (the journal knows its
     /// drivers without leases).
@@ -269,6 +298,31 @@ pub trait Journal: Send + Sync + 'static {
     /// Writes a record, its events and its escalation-index membership as
     /// one unit, if `write.expect` holds.
     fn write<'a>(&'a self, write: Write<'a>) -> BoxFuture<'a, Result<Written, Error>>;
+
+    /// A [`write`](Journal::write) that expects the record absent
+    /// ([`Expect::Absent`]) and, when it exists, returns what
+    /// [`load`](Journal::load) would: how the engine claims a key without
+    /// reading it first ([`Journal::claim_first`]). The default writes,
+    /// then reads after a conflict; a journal on a server answers both in
+    /// one round trip.
+    fn claim<'a>(&'a self, write: Write<'a>) -> BoxFuture<'a, Result<Claimed, Error>> {
+        Box::pin(async move {
+            let (space, key) = (write.space, write.key);
+            debug_assert!(matches!(write.expect, Expect::Absent));
+            Ok(match self.write(write).await? {
+                Written::Done {
+                    version,
+                    epoch,
+                    seqs,
+                } => Claimed::Done {
+                    version,
+                    epoch,
+                    seqs,
+                },
+                Written::Conflict => Claimed::Exists(self.load(space, key).await?),
+            })
+        })
+    }
 
     /// Extends the leases of claims `owner` holds; answers, per claim,
     /// whether it is still held (false: fenced off by a takeover).

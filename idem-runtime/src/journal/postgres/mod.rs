@@ -10,6 +10,12 @@
 //!   writer of the same row makes the update wait and re-check the
 //!   condition, so of two writers with the same expectation one wins and
 //!   the other gets [`Written::Conflict`].
+//! - **claiming unread**: every read is a round trip, so the engine claims
+//!   a key before reading it ([`Journal::claim_first`]), and
+//!   [`Journal::claim`] is that same insert returning, in the same
+//!   statement, the record it found instead: a call on a new key is two
+//!   statements (INTENT, COMMITTED), a call on a known one still one
+//!   before it decides.
 //! - **claims are leases** on the database's clock: `lease_until` is set
 //!   from `clock_timestamp()` (never `now()`, which is the transaction's
 //!   start, and never the worker's clock), and [`Claim::live`] is
@@ -55,8 +61,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 pub use self::clock::DbClock;
 pub use self::schema::SCHEMA_VERSION;
 use super::{
-    BoxFuture, Claim, ClaimChange, Digest, Durability, EventRows, Expect, Held, Journal, Loaded,
-    Local, NewEvent, Owner, Space, Write, Written,
+    BoxFuture, Claim, ClaimChange, Claimed, Digest, Durability, EventRows, Expect, Held, Journal,
+    Loaded, Local, NewEvent, Owner, Space, Write, Written,
 };
 use crate::clock::Clock;
 use crate::error::Error;
@@ -187,9 +193,15 @@ fn digest_of(bytes: &[u8], location: &str) -> Result<Digest, Error> {
     })
 }
 
-/// The columns every record query selects, in this order.
-const RECORD_COLUMNS: &str = "version, epoch, owner_worker, owner_incarnation, \
-     coalesce(lease_until > clock_timestamp(), false), body";
+/// The columns every record query selects, in this order (a macro, so
+/// that constant statements can include them).
+macro_rules! record_columns {
+    () => {
+        "version, epoch, owner_worker, owner_incarnation, \
+         coalesce(lease_until > clock_timestamp(), false), body"
+    };
+}
+const RECORD_COLUMNS: &str = record_columns!();
 
 fn loaded(row: &Row, at: usize) -> Loaded {
     let worker: Option<String> = row.get(at + 2);
@@ -206,6 +218,18 @@ fn loaded(row: &Row, at: usize) -> Loaded {
         }),
         body: row.get(at + 5),
     }
+}
+
+/// A write's events are numbered within its transaction in 16 bits.
+fn check_events(write: &Write<'_>) -> Result<(), Error> {
+    if write.events.len() >= 1 << 16 {
+        return Err(Error::TooLarge {
+            what: "a write's audit events",
+            size: write.events.len() as u64,
+            limit: (1 << 16) - 1,
+        });
+    }
+    Ok(())
 }
 
 /// What a write does to the claim, as the statements' `$6`.
@@ -232,6 +256,25 @@ SELECT rec.version, rec.epoch, ARRAY(SELECT seq FROM ev ORDER BY seq),
        (SELECT count(*) FROM n), set_config('synchronous_commit', $14::text, true)
 FROM rec";
 
+/// [`WRITE_TAIL`] for a claim: always one row, with [`INSERT`]'s `cur`
+/// (the record as [`RECORD_COLUMNS`]) from column 5 on when nothing was
+/// inserted (`version`, the first column, is then NULL).
+const CLAIM_TAIL: &str = "
+, ev AS (
+    INSERT INTO idem_events (seq, op_key, durable, bytes)
+    SELECT (pg_current_xact_id()::text::bigint << 16) + e.ord, e.k, $12::boolean, e.b
+    FROM rec, unnest($10::bytea[], $11::bytea[]) WITH ORDINALITY AS e(k, b, ord)
+    RETURNING seq
+), n AS (
+    SELECT pg_notify('idem_changed', $13::text) FROM rec WHERE rec.watched
+)
+SELECT rec.version, rec.epoch, ARRAY(SELECT seq FROM ev ORDER BY seq),
+       (SELECT count(*) FROM n), set_config('synchronous_commit', $14::text, true),
+       cur.*
+FROM (VALUES (1)) AS one (x)
+LEFT JOIN rec ON true
+LEFT JOIN cur ON rec.version IS NULL";
+
 /// A write conditional on the record's version.
 const UPDATE: &str = "
 WITH rec AS (
@@ -250,9 +293,18 @@ WITH rec AS (
     RETURNING version, epoch, watched
 )";
 
-/// A write of a record that must not exist (`$3` is 0).
-const INSERT: &str = "
-WITH rec AS (
+/// A write of a record that must not exist (`$3` is 0). `cur` is the
+/// record if it does: then nothing is inserted (and no version drawn), and
+/// a claim returns it. (A record committed by another transaction after
+/// the statement began is not in `cur`; the insert then waits for it and
+/// does nothing.)
+const INSERT: &str = concat!(
+    "
+WITH cur AS (
+    SELECT ",
+    record_columns!(),
+    " FROM idem_records WHERE space = $1::smallint AND key = $2::bytea
+), rec AS (
     INSERT INTO idem_records
         (space, key, version, epoch, owner_worker, owner_incarnation, lease_until, escalated, body)
     SELECT $1::smallint, $2::bytea, nextval('idem_versions'),
@@ -261,10 +313,11 @@ WITH rec AS (
         CASE WHEN $6::int = 1 THEN $8::bigint END,
         CASE WHEN $6::int = 1 THEN clock_timestamp() + $9::float8 * interval '1 millisecond' END,
         $5::boolean, $4::bytea
-    WHERE $3::bigint = 0
+    WHERE $3::bigint = 0 AND NOT EXISTS (SELECT 1 FROM cur)
     ON CONFLICT (space, key) DO NOTHING
     RETURNING version, epoch, watched
-)";
+)"
+);
 
 impl PostgresJournal {
     /// Where `url` points, without its password:
@@ -428,13 +481,71 @@ impl PostgresJournal {
     }
 
     async fn write_now(&self, w: &Write<'_>) -> Result<Written, Error> {
-        let client = self.client().await?;
         let sql = match w.expect {
             Expect::Absent => [INSERT, WRITE_TAIL].concat(),
             Expect::Version(_) => [UPDATE, WRITE_TAIL].concat(),
         };
+        Ok(match self.execute(w, &sql).await? {
+            Some(row) => {
+                let (version, epoch, seqs) = self.done(w, &row);
+                Written::Done {
+                    version,
+                    epoch,
+                    seqs,
+                }
+            }
+            None => Written::Conflict,
+        })
+    }
+
+    /// [`Journal::claim`] in one statement: the insert, or the record that
+    /// is there (read in the statement's snapshot: a record committed by
+    /// another transaction after that is not in it, and comes back as
+    /// `Exists(None)`, which the engine reads again).
+    async fn claim_now(&self, w: &Write<'_>) -> Result<Claimed, Error> {
+        let sql = [INSERT, CLAIM_TAIL].concat();
+        let row = self.execute(w, &sql).await?.ok_or_else(|| {
+            Error::storage(
+                "claim a record",
+                &self.location,
+                "the statement returned no row (it always returns one)",
+            )
+        })?;
+        if row.get::<_, Option<i64>>(0).is_some() {
+            let (version, epoch, seqs) = self.done(w, &row);
+            return Ok(Claimed::Done {
+                version,
+                epoch,
+                seqs,
+            });
+        }
+        let found = row
+            .get::<_, Option<i64>>(5)
+            .is_some()
+            .then(|| loaded(&row, 5));
+        Ok(Claimed::Exists(found))
+    }
+
+    /// What a write that happened returned: version, epoch, event numbers.
+    fn done(&self, w: &Write<'_>, row: &Row) -> (u64, u64, Vec<u64>) {
+        if w.durability == Durability::Eventual {
+            self.async_pending.store(true, Ordering::SeqCst);
+        }
+        let seqs: Vec<i64> = row.get(2);
+        self.wrote(&seqs);
+        (
+            row.get::<_, i64>(0) as u64,
+            row.get::<_, i64>(1) as u64,
+            seqs.into_iter().map(|s| s as u64).collect(),
+        )
+    }
+
+    /// Runs a write statement (`$1..$14` as [`INSERT`]/[`UPDATE`] and
+    /// [`WRITE_TAIL`] take them); its first row, if any.
+    async fn execute(&self, w: &Write<'_>, sql: &str) -> Result<Option<Row>, Error> {
+        let client = self.client().await?;
         let stmt = client
-            .prepare_cached(&sql)
+            .prepare_cached(sql)
             .await
             .map_err(pg("prepare a write", &self.location))?;
         let expected = match w.expect {
@@ -470,19 +581,7 @@ impl PostgresJournal {
             )
             .await
             .map_err(pg("write a record", &self.location))?;
-        let Some(row) = rows.first() else {
-            return Ok(Written::Conflict);
-        };
-        if eventual {
-            self.async_pending.store(true, Ordering::SeqCst);
-        }
-        let seqs: Vec<i64> = row.get(2);
-        self.wrote(&seqs);
-        Ok(Written::Done {
-            version: row.get::<_, i64>(0) as u64,
-            epoch: row.get::<_, i64>(1) as u64,
-            seqs: seqs.into_iter().map(|s| s as u64).collect(),
-        })
+        Ok(rows.into_iter().next())
     }
 
     /// Remembers the sequence numbers a write was given.
@@ -632,6 +731,11 @@ impl Journal for PostgresJournal {
         Some(self.options.lease / 3)
     }
 
+    /// Every read is a round trip, and most calls are on new keys.
+    fn claim_first(&self) -> bool {
+        true
+    }
+
     fn load<'a>(
         &'a self,
         space: Space,
@@ -655,14 +759,15 @@ impl Journal for PostgresJournal {
 
     fn write<'a>(&'a self, write: Write<'a>) -> BoxFuture<'a, Result<Written, Error>> {
         Box::pin(async move {
-            if write.events.len() >= 1 << 16 {
-                return Err(Error::TooLarge {
-                    what: "a write's audit events",
-                    size: write.events.len() as u64,
-                    limit: (1 << 16) - 1,
-                });
-            }
+            check_events(&write)?;
             self.write_now(&write).await
+        })
+    }
+
+    fn claim<'a>(&'a self, write: Write<'a>) -> BoxFuture<'a, Result<Claimed, Error>> {
+        Box::pin(async move {
+            check_events(&write)?;
+            self.claim_now(&write).await
         })
     }
 
