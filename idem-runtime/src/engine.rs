@@ -221,6 +221,8 @@ where
                 // Wakes when the leader's slot goes: it finished, or its
                 // future was dropped.
                 waited = true;
+                // What a claim found is older than what that call did.
+                found = None;
                 if tokio::time::timeout_at(deadline, rx.changed())
                     .await
                     .is_err()
