@@ -241,9 +241,14 @@ fn claim_code(claim: ClaimChange<'_>) -> i32 {
     }
 }
 
-/// The part of a write after the record's own change (`rec`): its events,
-/// its notification, and its commit mode. Parameters `$10..$14`.
-const WRITE_TAIL: &str = "
+/// What every write does after the record's own change (`rec`): its
+/// events, its notification, and the result's first five columns (the new
+/// version and epoch, the events' numbers, and the commit mode set).
+/// Parameters `$10..$14`. A macro, so that the statements below are
+/// constants.
+macro_rules! write_tail {
+    () => {
+        "
 , ev AS (
     INSERT INTO idem_events (seq, op_key, durable, bytes)
     SELECT (pg_current_xact_id()::text::bigint << 16) + e.ord, e.k, $12::boolean, e.b
@@ -253,27 +258,23 @@ const WRITE_TAIL: &str = "
     SELECT pg_notify('idem_changed', $13::text) FROM rec WHERE rec.watched
 )
 SELECT rec.version, rec.epoch, ARRAY(SELECT seq FROM ev ORDER BY seq),
-       (SELECT count(*) FROM n), set_config('synchronous_commit', $14::text, true)
-FROM rec";
+       (SELECT count(*) FROM n), set_config('synchronous_commit', $14::text, true)"
+    };
+}
 
-/// [`WRITE_TAIL`] for a claim: always one row, with [`INSERT`]'s `cur`
-/// (the record as [`RECORD_COLUMNS`]) from column 5 on when nothing was
-/// inserted (`version`, the first column, is then NULL).
-const CLAIM_TAIL: &str = "
-, ev AS (
-    INSERT INTO idem_events (seq, op_key, durable, bytes)
-    SELECT (pg_current_xact_id()::text::bigint << 16) + e.ord, e.k, $12::boolean, e.b
-    FROM rec, unnest($10::bytea[], $11::bytea[]) WITH ORDINALITY AS e(k, b, ord)
-    RETURNING seq
-), n AS (
-    SELECT pg_notify('idem_changed', $13::text) FROM rec WHERE rec.watched
-)
-SELECT rec.version, rec.epoch, ARRAY(SELECT seq FROM ev ORDER BY seq),
-       (SELECT count(*) FROM n), set_config('synchronous_commit', $14::text, true),
-       cur.*
+/// The end of a write: a row if it happened, none if its condition failed.
+const WRITE_TAIL: &str = concat!(write_tail!(), "\nFROM rec");
+
+/// The end of a claim: always one row, with [`INSERT`]'s `cur` (the record
+/// as [`RECORD_COLUMNS`]) from column 5 on when nothing was inserted
+/// (`version`, the first column, is then NULL).
+const CLAIM_TAIL: &str = concat!(
+    write_tail!(),
+    ", cur.*
 FROM (VALUES (1)) AS one (x)
 LEFT JOIN rec ON true
-LEFT JOIN cur ON rec.version IS NULL";
+LEFT JOIN cur ON rec.version IS NULL"
+);
 
 /// A write conditional on the record's version.
 const UPDATE: &str = "
