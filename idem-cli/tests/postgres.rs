@@ -51,6 +51,17 @@ impl PgWorker {
         self.bank.send_wire(&ctx, 2, ACCOUNT.into(), 1999).await
     }
 
+    /// Reissues the parked wire with `note` and runs it again; the stream's
+    /// numbers after `last` (what that wrote), as the worker reads them.
+    async fn reissue_and_rerun(&self, note: &str, last: u64) -> Vec<u64> {
+        self.rt
+            .resolve(&self.key, Resolution::Reissue, note)
+            .await
+            .unwrap();
+        self.call_again().await.expect("the reissued wire");
+        self.seqs(last + 1).await
+    }
+
     /// The durable stream's sequence numbers, as the worker reads it.
     async fn seqs(&self, from: u64) -> Vec<u64> {
         self.rt
@@ -83,18 +94,6 @@ fn json_lines(run: &Run) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect()
-}
-
-/// The tables and sequences of idem in database `db`.
-fn idem_relations(server: &PgServer, db: &str) -> String {
-    server
-        .psql(
-            db,
-            "SELECT count(*) FROM pg_class WHERE relname LIKE 'idem%'",
-        )
-        .unwrap()
-        .trim()
-        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,6 +270,21 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(lines: &mut tokio::io::Li
         .expect("the follower still runs")
 }
 
+/// The follower's next events, which must be those numbered `seqs`, in
+/// that order.
+async fn next_events<R: tokio::io::AsyncBufRead + Unpin>(
+    lines: &mut tokio::io::Lines<R>,
+    seqs: &[u64],
+) -> Vec<serde_json::Value> {
+    let mut events = Vec::new();
+    for _ in seqs {
+        events.push(next_event(lines).await);
+    }
+    let got: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(got, seqs, "the follower printed each event once, in order");
+    events
+}
+
 /// The follower's next event.
 async fn next_event<R: tokio::io::AsyncBufRead + Unpin>(
     lines: &mut tokio::io::Lines<R>,
@@ -298,19 +312,10 @@ async fn audit_follow_prints_what_a_worker_writes_while_it_runs() {
 
     // Then what the worker writes after that: the resolution and the
     // reissued call, each once, in order.
-    worker
-        .rt
-        .resolve(&worker.key, Resolution::Reissue, "followed")
-        .await
-        .unwrap();
-    worker.call_again().await.expect("the reissued wire");
-    let after = worker.seqs(before.last().unwrap() + 1).await;
-    let mut events = Vec::new();
-    for _ in &after {
-        events.push(next_event(&mut lines).await);
-    }
-    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-    assert_eq!(seqs, after);
+    let after = worker
+        .reissue_and_rerun("followed", *before.last().unwrap())
+        .await;
+    let events = next_events(&mut lines, &after).await;
     assert_eq!(kind_of(&events[0]), "resolved");
     assert_eq!(events[0]["kind"]["resolved"]["note"], "followed");
     assert_eq!(kind_of(events.last().unwrap()), "committed");
@@ -353,22 +358,13 @@ async fn audit_follow_waits_out_a_database_restart_and_skips_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    worker
-        .rt
-        .resolve(&worker.key, Resolution::Reissue, "after the restart")
-        .await
-        .unwrap();
-    worker.call_again().await.expect("the reissued wire");
+    let after = worker
+        .reissue_and_rerun("after the restart", *before.last().unwrap())
+        .await;
 
     // The follower goes on from the next unread event: all of what came
     // after, once each, in order.
-    let after = worker.seqs(before.last().unwrap() + 1).await;
-    let mut events = Vec::new();
-    for _ in &after {
-        events.push(next_event(&mut lines).await);
-    }
-    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-    assert_eq!(seqs, after);
+    let events = next_events(&mut lines, &after).await;
     assert_eq!(events[0]["kind"]["resolved"]["note"], "after the restart");
     let said = next_line(&mut errors).await;
     assert_eq!(
@@ -396,7 +392,11 @@ async fn a_database_without_the_journal_is_reported_and_left_untouched() {
     let err = pg(&empty, &["--json", "escalations"]).await.json_error(3);
     assert_eq!(err["error"], "unreachable");
     assert!(err["hint"].as_str().unwrap().contains("database name"));
-    assert_eq!(idem_relations(server, db), "0", "the CLI created tables");
+    assert_eq!(
+        server.idem_relations(db).unwrap(),
+        0,
+        "the CLI created tables"
+    );
 
     // A database that does not exist: the server's own words.
     let missing = server.url("idem_no_such_database");
@@ -466,7 +466,10 @@ async fn a_malformed_url_or_two_journals_are_usage_errors() {
     }
     // Nothing was connected to: the database is still empty.
     let server = PgServer::shared();
-    assert_eq!(idem_relations(server, PgServer::database_of(&url)), "0");
+    assert_eq!(
+        server.idem_relations(PgServer::database_of(&url)).unwrap(),
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -516,7 +519,12 @@ async fn an_operator_role_needs_the_rows_privileges_and_is_told_when_it_lacks_th
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("permission denied"), "{run:?}");
     assert!(run.stderr.contains("database's owner"), "{run:?}");
-    assert_eq!(idem_relations(server, PgServer::database_of(&other)), "0");
+    assert_eq!(
+        server
+            .idem_relations(PgServer::database_of(&other))
+            .unwrap(),
+        0
+    );
 
     // A role with no privileges on the rows is told which it needs.
     let nobody = format!("nobody_{db}");
@@ -549,11 +557,11 @@ async fn migrate_creates_the_tables_once_and_only_for_postgres() {
     assert_eq!(first["created"], true, "{first}");
     assert_eq!(first["schema_version"], 1, "{first}");
     assert!(!first["location"].as_str().unwrap().contains("password"));
-    let tables = idem_relations(server, db);
-    assert_ne!(tables, "0");
+    let tables = server.idem_relations(db).unwrap();
+    assert_ne!(tables, 0);
     let again = pg(&url, &["migrate"]).await;
     assert!(again.ok().contains("nothing to do"), "{again:?}");
-    assert_eq!(idem_relations(server, db), tables);
+    assert_eq!(server.idem_relations(db).unwrap(), tables);
     let listed = json_lines_of(&pg(&url, &["--json", "escalations"]).await);
     assert_eq!(listed, json!([]));
     // The journal it made is the one workers use.

@@ -213,7 +213,7 @@ where
     // Only the first pass may skip the read; after a conflict, read.
     let mut claim_first = shared.journal.claim_first();
     // The record a refused claim found, for the next pass.
-    let mut found: Option<Option<Loaded>> = None;
+    let mut found: Option<Loaded> = None;
     loop {
         let slot = match local.enter(&digest) {
             Entry::Leader(slot) => slot,
@@ -241,19 +241,22 @@ where
         let unread = std::mem::take(&mut claim_first);
         let mut op = Op::blank(ctx, tool, &key, &called, &slot);
         match found.take() {
-            Some(loaded) => op.take_in(loaded)?,
+            Some(loaded) => op.take_in(Some(loaded))?,
             None if unread => op.unread = true,
             None => op.read().await?,
         }
         match op.drive(&called, &mut body, &hooks, waited).await {
             Ok(v) => return Ok(v),
             Err(Halt::Tool(e)) => return Err(e),
-            Err(Halt::Conflict) if unread && op.version.is_none() => {
+            Err(Halt::Conflict) if unread && op.version.is_none() => match op.found.take() {
                 // Claimed without reading, and the record exists: nothing
-                // was written and nothing waited; decide from the record
-                // the claim found (or read it, if the claim could not).
-                found = op.found.take();
-            }
+                // was written and nothing waited; decide from it.
+                Some(loaded) => found = Some(loaded),
+                // The claim lost to a call that created the record after
+                // the claim looked: a concurrent duplicate, as when a
+                // record appears between a read and the first write.
+                None => waited = true,
+            },
             Err(Halt::Conflict) => {
                 // The record changed under us (another driver took it): re-
                 // decide from what it is now, as a call that waited would.
@@ -523,7 +526,7 @@ struct Op<'a> {
     /// Driven without reading the journal first: the first write is a
     /// [`Journal::claim`], and what it found when the record exists.
     unread: bool,
-    found: Option<Option<Loaded>>,
+    found: Option<Loaded>,
 }
 
 impl<'a> Op<'a> {
@@ -1395,7 +1398,7 @@ impl<'a> Op<'a> {
                     seqs,
                 },
                 Claimed::Exists(found) => {
-                    self.found = Some(found);
+                    self.found = found;
                     Written::Conflict
                 }
             }

@@ -91,16 +91,7 @@ async fn without_migrate_connecting_only_checks_the_schema_and_creates_nothing()
     let server = PgServer::shared();
     let url = server.create_database().unwrap();
     let db = PgServer::database_of(&url);
-    let tables = || {
-        server
-            .psql(
-                db,
-                "SELECT count(*) FROM pg_class WHERE relname LIKE 'idem%'",
-            )
-            .unwrap()
-            .trim()
-            .to_string()
-    };
+    let tables = || server.idem_relations(db).unwrap();
     let check_only = PostgresOptions {
         migrate: false,
         ..PostgresOptions::default()
@@ -110,7 +101,7 @@ async fn without_migrate_connecting_only_checks_the_schema_and_creates_nothing()
     };
     assert!(matches!(err, Error::NotAJournal { .. }), "{err}");
     assert!(err.to_string().contains("no idem_schema table"), "{err}");
-    assert_eq!(tables(), "0", "nothing was created");
+    assert_eq!(tables(), 0, "nothing was created");
 
     // Once created, it connects and works; a version it does not read is
     // refused as with migrating, untouched.

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::journal::{BoxFuture, Journal, Space, Write, Written};
+use idem_runtime::journal::{write_then_load, BoxFuture, Claimed, Journal, Space, Write, Written};
 use idem_runtime::{Class, Ctx, Runtime, ToolError, Verdict};
 use idem_testkit::engine::{args, key, tool_with, TestError};
 use idem_testkit::{MemJournal, ProcessView};
@@ -52,15 +52,39 @@ async fn gated_call(
             })
         }
     };
-    idem_runtime::__private::call(
-        &ctx,
-        t,
-        key(&ctx, t, 1),
-        args(1, "a"),
-        attempt,
-        Some(verify),
-    )
-    .await
+    order_1(&ctx, t, attempt, verify).await
+}
+
+/// Calls `t` for order 1 with `attempt` and `verify`.
+async fn order_1<A, AF, V, VF>(
+    ctx: &Ctx,
+    t: &'static idem_runtime::ToolDescriptor,
+    attempt: A,
+    verify: V,
+) -> Result<u32, ToolError<TestError>>
+where
+    A: FnMut(Ctx) -> AF,
+    AF: std::future::Future<Output = Result<u32, TestError>>,
+    V: FnMut(Ctx) -> VF,
+    VF: std::future::Future<Output = Result<Verdict<u32>, TestError>>,
+{
+    idem_runtime::__private::call(ctx, t, key(ctx, t, 1), args(1, "a"), attempt, Some(verify)).await
+}
+
+/// Calls `t` for order 1 in run "run" of `rt`: every attempt counts in
+/// `sent` and answers `answer`; verify says it did not land.
+async fn counted_call(
+    rt: &Runtime,
+    t: &'static idem_runtime::ToolDescriptor,
+    sent: &Arc<AtomicUsize>,
+    answer: Result<u32, TestError>,
+) -> Result<u32, ToolError<TestError>> {
+    let attempt = |_c: Ctx| {
+        sent.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(answer.clone())
+    };
+    let verify = |_c: Ctx| async { Ok(Verdict::<u32>::NotLanded) };
+    order_1(&rt.run("run"), t, attempt, verify).await
 }
 
 #[tokio::test(start_paused = true)]
@@ -100,11 +124,15 @@ async fn an_attempt_past_its_deadline_is_dropped_before_it_is_polled_again() {
 }
 
 /// A journal whose next INTENT write takes `slow` (a stalled database, or
-/// a process paused right after it).
+/// a process paused right after it). With `blind_claims`, a claim that
+/// finds the record says it could not see it (`Exists(None)`), as
+/// PostgreSQL's does when the record was committed after the claim's
+/// snapshot.
 struct SlowOnce {
     inner: Arc<dyn Journal>,
     slow: Duration,
     armed: AtomicBool,
+    blind_claims: bool,
 }
 
 impl SlowOnce {
@@ -135,6 +163,17 @@ impl Journal for SlowOnce {
     }
     fn claim_first(&self) -> bool {
         self.inner.claim_first()
+    }
+    fn claim<'a>(
+        &'a self,
+        write: Write<'a>,
+    ) -> BoxFuture<'a, Result<Claimed, idem_runtime::Error>> {
+        Box::pin(async move {
+            Ok(match write_then_load(self, write).await? {
+                Claimed::Exists(_) if self.blind_claims => Claimed::Exists(None),
+                claimed => claimed,
+            })
+        })
     }
     fn write<'a>(
         &'a self,
@@ -192,6 +231,7 @@ async fn an_attempt_whose_lease_may_have_lapsed_is_not_started() {
         inner: ProcessView::new(mem),
         slow: Duration::from_millis(2500),
         armed: AtomicBool::new(true),
+        blind_claims: false,
     });
     let rt = Runtime::builder().journal(journal).open().unwrap();
     let t = tool_with("t", Class::Journal, |_| {});
@@ -229,6 +269,7 @@ async fn a_call_fenced_after_claiming_unread_shares_the_new_owners_decision() {
         inner: ProcessView::new(mem.clone()),
         slow: Duration::from_secs(4),
         armed: AtomicBool::new(true),
+        blind_claims: false,
     });
     let a_journal: Arc<dyn Journal> = slow.clone();
     let a = Runtime::builder().journal(a_journal).open().unwrap();
@@ -238,32 +279,11 @@ async fn a_call_fenced_after_claiming_unread_shares_the_new_owners_decision() {
         .unwrap();
     let t = tool_with("t", Class::Journal, |_| {});
     let sent = Arc::new(AtomicUsize::new(0));
-    let call = |rt: &Runtime, answer: Result<u32, TestError>| {
-        let ctx = rt.run("run");
-        let sent = sent.clone();
-        async move {
-            let attempt = move |_c: Ctx| {
-                let sent = sent.clone();
-                let answer = answer.clone();
-                async move {
-                    sent.fetch_add(1, Ordering::SeqCst);
-                    answer
-                }
-            };
-            let verify = |_c: Ctx| async { Ok(Verdict::<u32>::NotLanded) };
-            idem_runtime::__private::call(
-                &ctx,
-                t,
-                key(&ctx, t, 1),
-                args(1, "a"),
-                attempt,
-                Some(verify),
-            )
-            .await
-        }
-    };
     let digest = *key(&a.run("run"), t, 1).digest();
-    let a_call = tokio::spawn(call(&a, Ok(1)));
+    let a_call = tokio::spawn({
+        let (a, sent) = (a.clone(), sent.clone());
+        async move { counted_call(&a, t, &sent, Ok(1)).await }
+    });
     // Until A's INTENT is in the journal (A is inside its stalled write).
     let mut waited = Duration::ZERO;
     while mem.load(Space::Ops, &digest).await.unwrap().is_none() {
@@ -274,7 +294,7 @@ async fn a_call_fenced_after_claiming_unread_shares_the_new_owners_decision() {
     // A's lease lapses; B takes the call over, verifies (not landed), asks
     // the provider, which refuses.
     clock.advance(Duration::from_secs(5));
-    let b_out = call(&b, Err(TestError::Declined)).await;
+    let b_out = counted_call(&b, t, &sent, Err(TestError::Declined)).await;
     assert!(
         matches!(b_out, Err(ToolError::Tool(TestError::Declined))),
         "{b_out:?}"
@@ -289,6 +309,48 @@ async fn a_call_fenced_after_claiming_unread_shares_the_new_owners_decision() {
             Err(ToolError::Journal(idem_runtime::Error::Rejected { .. }))
         ),
         "A shares B's refusal: {a_out:?}"
+    );
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        1,
+        "the provider was asked once"
+    );
+}
+
+/// A claim that loses to a call which created the record after the claim
+/// looked (PostgreSQL's `Exists(None)`) is a concurrent duplicate, as when
+/// a record appears between a read and the first write: the call reads the
+/// record and shares that call's decision, here the provider's refusal,
+/// instead of asking the provider again under a new generation.
+#[tokio::test(start_paused = true)]
+async fn a_claim_that_lost_to_an_unseen_record_shares_its_decision() {
+    let clock = Arc::new(idem_runtime::ManualClock::new(1_800_000_000_000));
+    let mem = MemJournal::with_leases(clock, Duration::from_secs(3));
+    let first = Runtime::builder()
+        .journal(ProcessView::new(mem.clone()))
+        .open()
+        .unwrap();
+    let blind: Arc<dyn Journal> = Arc::new(SlowOnce {
+        inner: ProcessView::new(mem.clone()),
+        slow: Duration::ZERO,
+        armed: AtomicBool::new(false),
+        blind_claims: true,
+    });
+    let second = Runtime::builder().journal(blind).open().unwrap();
+    let t = tool_with("t", Class::Journal, |_| {});
+    let sent = Arc::new(AtomicUsize::new(0));
+    let out = counted_call(&first, t, &sent, Err(TestError::Declined)).await;
+    assert!(
+        matches!(out, Err(ToolError::Tool(TestError::Declined))),
+        "{out:?}"
+    );
+    let out = counted_call(&second, t, &sent, Ok(1)).await;
+    assert!(
+        matches!(
+            &out,
+            Err(ToolError::Journal(idem_runtime::Error::Rejected { .. }))
+        ),
+        "shares the refusal: {out:?}"
     );
     assert_eq!(
         sent.load(Ordering::SeqCst),

@@ -304,6 +304,18 @@ impl PgServer {
         run(c, "psql")
     }
 
+    /// How many of idem's relations (tables, indexes, sequences: `idem%`)
+    /// database `db` holds: whether something created the journal's schema.
+    pub fn idem_relations(&self, db: &str) -> io::Result<u64> {
+        let out = self.psql(
+            db,
+            "SELECT count(*) FROM pg_class WHERE relname LIKE 'idem%'",
+        )?;
+        out.trim()
+            .parse()
+            .map_err(|e| io::Error::other(format!("psql printed {out:?}: {e}")))
+    }
+
     /// Kills the server as a crash would (`pg_ctl stop -m immediate`: no
     /// checkpoint, recovery from the WAL at the next start).
     pub fn stop_immediate(&self) -> io::Result<()> {

@@ -236,6 +236,28 @@ pub enum Claimed {
     Exists(Option<Loaded>),
 }
 
+/// [`Journal::claim`] in two steps, a write and, after a conflict, a load:
+/// the trait's default, for journals (and wrappers) to build on.
+pub async fn write_then_load<J: Journal + ?Sized>(
+    journal: &J,
+    write: Write<'_>,
+) -> Result<Claimed, Error> {
+    let (space, key) = (write.space, write.key);
+    debug_assert!(matches!(write.expect, Expect::Absent));
+    Ok(match journal.write(write).await? {
+        Written::Done {
+            version,
+            epoch,
+            seqs,
+        } => Claimed::Done {
+            version,
+            epoch,
+            seqs,
+        },
+        Written::Conflict => Claimed::Exists(journal.load(space, key).await?),
+    })
+}
+
 /// A claim this process holds, for [`Journal::renew`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Held {
@@ -306,22 +328,7 @@ pub trait Journal: Send + Sync + 'static {
     /// then reads after a conflict; a journal on a server answers both in
     /// one round trip.
     fn claim<'a>(&'a self, write: Write<'a>) -> BoxFuture<'a, Result<Claimed, Error>> {
-        Box::pin(async move {
-            let (space, key) = (write.space, write.key);
-            debug_assert!(matches!(write.expect, Expect::Absent));
-            Ok(match self.write(write).await? {
-                Written::Done {
-                    version,
-                    epoch,
-                    seqs,
-                } => Claimed::Done {
-                    version,
-                    epoch,
-                    seqs,
-                },
-                Written::Conflict => Claimed::Exists(self.load(space, key).await?),
-            })
-        })
+        Box::pin(write_then_load(self, write))
     }
 
     /// Extends the leases of claims `owner` holds; answers, per claim,
