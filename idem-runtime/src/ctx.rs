@@ -10,8 +10,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::ToolError;
-use crate::key::{IdemKey, KeyPrefix};
+use crate::key::KeyPrefix;
 use crate::runtime::Shared;
+use idem_journal::key::IdemKey;
 
 /// Domain tag of operation keys.
 pub(crate) const KEY_DOMAIN: &str = "idem.key";

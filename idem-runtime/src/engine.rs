@@ -54,21 +54,25 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::audit::{AuditLog, Draft, EventKind};
-use crate::class::{Class, OnDrift, ToolDescriptor};
-use crate::codec;
+use crate::class::ToolDescriptor;
 use crate::ctx::Ctx;
-use crate::error::{Error, ToolError};
+use crate::error::ToolError;
 use crate::failure::{Classify, Failure, Verdict};
 use crate::journal::{
-    Claim, ClaimChange, Claimed, Durability, Entry, Expect, Held, Journal, Loaded, Local, NewEvent,
-    Slot, Space, Write, Written,
+    Claim, ClaimChange, Claimed, Durability, Expect, Held, Journal, Loaded, NewEvent, Space, Write,
+    Written,
 };
-use crate::key::{hex, Args, IdemKey, KeyBuilder};
-use crate::record::{
+use crate::key::{Args, KeyBuilder};
+use crate::leaders::{Entry, Local, Slot};
+use crate::runtime::Shared;
+use idem_journal::audit::{self as stored, Draft, EventKind};
+use idem_journal::class::{Class, OnDrift};
+use idem_journal::codec;
+use idem_journal::error::Error;
+use idem_journal::key::{hex, IdemKey};
+use idem_journal::record::{
     self, Blob, EscalationInfo, Kind, OpRecord, State, StepRecord, StepState, Via,
 };
-use crate::runtime::Shared;
 
 /// The largest arguments (canonical JSON) a call may record. Checked before
 /// the INTENT: a call over it fails without calling the provider.
@@ -83,9 +87,9 @@ pub struct ErrorHooks<E> {
     /// has one).
     pub describe: fn(&E) -> String,
     /// Packs a copy of the error for the calls that waited on this one.
-    pub share: Option<fn(&E) -> crate::journal::LeaderOutcome>,
+    pub share: Option<fn(&E) -> crate::leaders::LeaderOutcome>,
     /// Unpacks what a leader shared.
-    pub unshare: Option<fn(&crate::journal::LeaderOutcome) -> Option<E>>,
+    pub unshare: Option<fn(&crate::leaders::LeaderOutcome) -> Option<E>>,
     /// The tool's result check for an operator's `Landed` (see
     /// `ToolDescriptor::check_landed`), for tools whose descriptor cannot
     /// carry it (generic results): the runtime remembers it once called.
@@ -187,7 +191,7 @@ where
     let mut body = Fns { attempt, verify };
     let shared = ctx.shared();
     shared.saw(tool, hooks.check_landed);
-    let local: &Local = shared.journal.local();
+    let local: &Local = &shared.local;
     let digest = *key.digest();
     // A result this runtime has seen committed is final: replay it
     // without reading the journal. (Other arguments take the journal's
@@ -1360,7 +1364,7 @@ impl<'a> Op<'a> {
             .collect();
         let encoded = drafts
             .iter()
-            .map(AuditLog::encode)
+            .map(stored::encode)
             .collect::<Result<Vec<_>, _>>()?;
         let digest = self.key.digest();
         let new_events: Vec<NewEvent<'_>> = encoded
@@ -1522,7 +1526,7 @@ where
     let deadline = tokio::time::Instant::now() + shared.in_flight_wait;
     let mut fut = Some(fut);
     loop {
-        let slot = match journal.local().enter(&digest) {
+        let slot = match shared.local.enter(&digest) {
             Entry::Leader(slot) => slot,
             Entry::Busy(mut rx) => {
                 if tokio::time::timeout_at(deadline, rx.changed())
@@ -1617,7 +1621,7 @@ where
         };
         rec.at_ms = shared.clock.now_ms();
         let bytes = record::encode(Kind::Step, &rec)?;
-        let event = AuditLog::encode(&draft(ctx, &tool, None, EventKind::StepRecorded))?;
+        let event = stored::encode(&draft(ctx, &tool, None, EventKind::StepRecorded))?;
         let done = journal
             .write(Write {
                 space: Space::Steps,

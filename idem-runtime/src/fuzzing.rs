@@ -22,10 +22,10 @@ use std::fmt::Debug;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::audit::{AuditLog, Draft};
-use crate::error::Error;
-use crate::key::IdemKey;
-use crate::record::{self, Kind, OpRecord, State, StepRecord, StepState};
+use idem_journal::audit::{self as stored, Draft};
+use idem_journal::error::Error;
+use idem_journal::key::IdemKey;
+use idem_journal::record::{self, Kind, OpRecord, State, StepRecord, StepState};
 
 pub use crate::journal::fuzzing::{journal_files, sled_value, wal};
 
@@ -76,7 +76,7 @@ pub fn record(data: &[u8]) -> Outcome {
         Kind::Op => frame_round_trip::<OpRecord>(kind, &frame, op_views),
         Kind::Step => frame_round_trip::<StepRecord>(kind, &frame, |s| {
             if let StepState::Done { value } = &s.state {
-                let _ = crate::codec::to_json(&value.0);
+                let _ = idem_journal::codec::to_json(&value.0);
             }
         }),
         Kind::Event => event(&frame),
@@ -121,17 +121,17 @@ fn refused(e: Error) -> Outcome {
 fn op_views(rec: &OpRecord) {
     let digest = [0x5a; 32];
     key_text_round_trips(&IdemKey::from_parts(&rec.tool, digest, rec.generation));
-    let esc = crate::runtime::escalation_of(&digest, rec);
+    let esc = idem_journal::views::escalation_of(&digest, rec);
     let _ = serde_json::to_string(&esc);
     if let State::Committed { result, .. } = &rec.state {
-        let _ = crate::codec::to_json(&result.0);
+        let _ = idem_journal::codec::to_json(&result.0);
     }
 }
 
 /// An audit event, decoded as the stream reader does, and written back as
 /// the engine would write it.
 fn event(frame: &[u8]) -> Outcome {
-    let ev = match AuditLog::decode("fuzz", 7, frame) {
+    let ev = match stored::decode("fuzz", 7, frame) {
         Ok(ev) => ev,
         Err(e) => return refused(e),
     };
@@ -143,7 +143,7 @@ fn event(frame: &[u8]) -> Outcome {
     if let Some(k) = &key {
         key_text_round_trips(k);
     }
-    let bytes = AuditLog::encode(&Draft {
+    let bytes = stored::encode(&Draft {
         at_ms: ev.at_ms,
         tool: &ev.tool,
         key: key.as_ref(),
@@ -152,7 +152,7 @@ fn event(frame: &[u8]) -> Outcome {
         kind: ev.kind.clone(),
     })
     .expect("a decoded event encodes again");
-    let back = AuditLog::decode("fuzz", 7, &bytes).expect("a re-encoded event decodes again");
+    let back = stored::decode("fuzz", 7, &bytes).expect("a re-encoded event decodes again");
     // The key's tool prefix is rebuilt from the stored tool name, so only
     // the key text may legitimately differ in form; it must not.
     assert_eq!(back, ev, "decode(encode(event)) != event");
@@ -244,9 +244,9 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
 }
 
 fn record_seeds() -> Vec<(String, Vec<u8>)> {
-    use crate::audit::EventKind;
-    use crate::class::Class;
-    use crate::record::{Blob, EscalationInfo, ResolutionInfo, Via};
+    use idem_journal::audit::EventKind;
+    use idem_journal::class::Class;
+    use idem_journal::record::{Blob, EscalationInfo, ResolutionInfo, Via};
 
     let op = |state: State| OpRecord {
         tool: "send_email".into(),
@@ -275,7 +275,7 @@ fn record_seeds() -> Vec<(String, Vec<u8>)> {
             amendments: 1,
         }),
     };
-    let result = crate::codec::encode(&serde_json::json!({"id": "msg_1", "n": [1, 2.5]}))
+    let result = idem_journal::codec::encode(&serde_json::json!({"id": "msg_1", "n": [1, 2.5]}))
         .expect("a JSON value encodes");
     let mut frames = vec![
         (
@@ -334,7 +334,7 @@ fn record_seeds() -> Vec<(String, Vec<u8>)> {
         frames.push((
             name,
             Kind::Event,
-            AuditLog::encode(&Draft {
+            stored::encode(&Draft {
                 at_ms: 11,
                 tool: "send_email",
                 key: Some(&key),

@@ -41,18 +41,16 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::fmt;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use idem_journal::key::IdemKey;
+
 /// Version of the key derivation. Part of every key.
 pub const KEY_VERSION: u16 = 1;
-
-/// Longest tool-name prefix kept in a key's text.
-const NAME_PREFIX_MAX: usize = 64;
 
 /// A value that can be part of an idempotency key: it has one stable,
 /// canonical byte encoding on every platform and every release.
@@ -336,180 +334,6 @@ key_part_tuple! {
     8 => (A, B, C, D, E, F, G, H);
 }
 
-/// The idempotency key of one logical operation.
-///
-/// Derived once, before the first attempt, from the root run, the scope path,
-/// the tool name and the declared key fields; identical on every attempt and
-/// after a restart. Its text (what [`IdemKey::as_str`] returns and what a
-/// provider sees) is `"{tool}-{sha256 hex}-g{generation}"`, at most 141
-/// characters whatever the inputs (Stripe accepts 255). The generation
-/// changes only after the provider rejected the operation, so a provider
-/// that cached the rejection sees a fresh key for the next decision.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct IdemKey {
-    digest: [u8; 32],
-    generation: u32,
-    text: Box<str>,
-}
-
-impl IdemKey {
-    fn new(tool: &str, digest: [u8; 32], generation: u32) -> Self {
-        let mut text = String::with_capacity(NAME_PREFIX_MAX + 80);
-        for c in tool.chars().take(NAME_PREFIX_MAX) {
-            text.push(if c.is_ascii_alphanumeric() || c == '_' {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            });
-        }
-        if text.is_empty() {
-            text.push_str("tool");
-        }
-        text.push('-');
-        push_hex(&mut text, &digest);
-        text.push_str("-g");
-        text.push_str(&generation.to_string());
-        IdemKey {
-            digest,
-            generation,
-            text: text.into_boxed_str(),
-        }
-    }
-
-    /// The key as the provider sees it (e.g. Stripe's `Idempotency-Key`).
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
-
-    /// The generation: 0 until the provider rejects the operation, then one
-    /// more for each new decision.
-    pub fn generation(&self) -> u32 {
-        self.generation
-    }
-
-    /// The SHA-256 digest that identifies the operation in the journal
-    /// (the same for every generation).
-    pub fn digest(&self) -> &[u8; 32] {
-        &self.digest
-    }
-
-    /// The tool-name prefix of the key's text.
-    pub fn tool_prefix(&self) -> &str {
-        let end = self.text.len() - 64 - 3 - digits(self.generation);
-        &self.text[..end]
-    }
-
-    /// A key from its parts, as stored in the journal.
-    pub(crate) fn from_parts(tool: &str, digest: [u8; 32], generation: u32) -> IdemKey {
-        IdemKey::new(tool, digest, generation)
-    }
-
-    /// The same operation under another generation.
-    pub(crate) fn with_generation(&self, generation: u32) -> IdemKey {
-        if generation == self.generation {
-            return self.clone();
-        }
-        IdemKey::new(self.tool_prefix(), self.digest, generation)
-    }
-
-    /// Parses a key's text (as shown in escalations, audit events and
-    /// provider logs).
-    pub fn parse(text: &str) -> Result<IdemKey, crate::Error> {
-        let bad = |why: &str| crate::Error::BadKey {
-            key: text.chars().take(300).collect(),
-            reason: why.to_string(),
-        };
-        let (rest, gen) = text
-            .rsplit_once("-g")
-            .ok_or_else(|| bad("no `-g<generation>` suffix"))?;
-        let generation: u32 = gen
-            .parse()
-            .map_err(|_| bad("the generation is not a number"))?;
-        if generation.to_string() != gen {
-            return Err(bad("the generation is not in canonical form"));
-        }
-        let (tool, hex) = rest
-            .rsplit_once('-')
-            .ok_or_else(|| bad("no `-<digest>` part"))?;
-        // ASCII first: the digest is sliced two bytes at a time below, and
-        // a multi-byte character there would be cut in half (a panic).
-        if hex.len() != 64 || !hex.is_ascii() || tool.is_empty() {
-            return Err(bad("the digest is not 64 hex digits"));
-        }
-        let mut digest = [0u8; 32];
-        for (i, byte) in digest.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
-                .map_err(|_| bad("the digest is not 64 hex digits"))?;
-        }
-        let key = IdemKey::new(tool, digest, generation);
-        if &*key.text != text {
-            return Err(bad("not in canonical form (lowercase hex and tool prefix)"));
-        }
-        Ok(key)
-    }
-}
-
-fn digits(mut n: u32) -> usize {
-    let mut d = 1;
-    while n >= 10 {
-        n /= 10;
-        d += 1;
-    }
-    d
-}
-
-pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(HEX[(b >> 4) as usize] as char);
-        out.push(HEX[(b & 15) as usize] as char);
-    }
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
-    push_hex(&mut s, bytes);
-    s
-}
-
-impl fmt::Display for IdemKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
-    }
-}
-
-impl fmt::Debug for IdemKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "IdemKey({})", self.text)
-    }
-}
-
-impl AsRef<str> for IdemKey {
-    fn as_ref(&self) -> &str {
-        &self.text
-    }
-}
-
-impl std::str::FromStr for IdemKey {
-    type Err = crate::Error;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        IdemKey::parse(s)
-    }
-}
-
-impl Serialize for IdemKey {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.text)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for IdemKey {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        IdemKey::parse(&s).map_err(serde::de::Error::custom)
-    }
-}
-
 /// The part of a key that a context contributes: domain, version, root run
 /// and scope path, already absorbed into a hash state so that each call only
 /// hashes its tool name and fields.
@@ -566,7 +390,7 @@ impl KeyBuilder {
     /// The key, generation 0.
     pub fn finish(mut self) -> IdemKey {
         self.fields.encode_key(&mut self.enc);
-        IdemKey::new(self.tool, self.enc.digest(), 0)
+        IdemKey::from_parts(self.tool, self.enc.digest(), 0)
     }
 }
 
@@ -683,6 +507,7 @@ fn canonical_value(v: &serde_json::Value, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idem_journal::key::hex;
 
     fn bytes<K: KeyPart + ?Sized>(k: &K) -> String {
         hex(&k.canonical_bytes())
@@ -782,7 +607,10 @@ mod tests {
             "\u{e9}-g0".to_string(),
         ] {
             let err = IdemKey::parse(&text).expect_err(&text);
-            assert!(matches!(err, crate::Error::BadKey { .. }), "{text}: {err}");
+            assert!(
+                matches!(err, idem_journal::error::Error::BadKey { .. }),
+                "{text}: {err}"
+            );
             assert!(text.parse::<IdemKey>().is_err());
             let json = serde_json::to_string(&text).unwrap();
             assert!(serde_json::from_str::<IdemKey>(&json).is_err());

@@ -11,8 +11,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use crate::class::Class;
 use crate::journal::Digest;
+use idem_journal::class::Class;
 
 /// How many results are kept by default.
 pub(crate) const CAPACITY: usize = 4096;

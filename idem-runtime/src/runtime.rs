@@ -7,20 +7,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::audit::{AuditEvent, AuditLog, Draft, EventKind, Stats, Subscription};
+use crate::audit::{AuditLog, Subscription};
 use crate::class::{self, ToolDescriptor};
-use crate::clock::{Clock, SystemClock};
-use crate::codec;
 use crate::ctx::Ctx;
-use crate::error::Error;
-use crate::escalation::{Escalation, Operation, Resolution, ResolutionView};
 use crate::journal::{
     ClaimChange, Digest, Durability, Expect, Journal, Loaded, NewEvent, Owner, SledJournal,
     SledOptions, Space, Write as JournalWrite, Written,
 };
-use crate::key::IdemKey;
-use crate::record::{self, Blob, Kind, OpRecord, ResolutionInfo, State, StepRecord, Via};
 use crate::retry::Jitter;
+use idem_journal::audit::{self as stored, AuditEvent, Draft, EventKind, Stats};
+use idem_journal::clock::{Clock, SystemClock};
+use idem_journal::error::Error;
+use idem_journal::key::IdemKey;
+use idem_journal::record::{self, Blob, Kind, OpRecord, ResolutionInfo, State, StepRecord, Via};
+use idem_journal::views::{
+    escalation_of, operation_of, Escalation, Operation, PruneReport, Resolution,
+};
 
 /// The idem runtime: an open journal and everything that acts on it.
 ///
@@ -64,6 +66,9 @@ impl std::fmt::Debug for Runtime {
 
 pub(crate) struct Shared {
     pub(crate) journal: Arc<dyn Journal>,
+    /// The calls being driven in this process on this journal (shared by
+    /// every runtime built on it).
+    pub(crate) local: Arc<crate::leaders::Local>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) audit: AuditLog,
     pub(crate) jitter: Jitter,
@@ -111,7 +116,7 @@ impl Shared {
     pub(crate) fn landed_check(
         &self,
         name: &str,
-        class: crate::Class,
+        class: idem_journal::class::Class,
     ) -> Option<crate::class::LandedCheck> {
         class::tools()
             .find(|t| t.name == name && t.class == class)
@@ -326,6 +331,7 @@ impl RuntimeBuilder {
             .unwrap_or_else(|| format!("{}-{}", host_name(), std::process::id()));
         let rt = Runtime {
             shared: Arc::new(Shared {
+                local: crate::leaders::Local::of(&journal),
                 journal,
                 clock,
                 audit: AuditLog::new(),
@@ -467,7 +473,7 @@ impl Runtime {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(shared) = weak.upgrade() else { return };
-                let held = shared.journal.local().held();
+                let held = shared.local.held();
                 if held.is_empty() {
                     continue;
                 }
@@ -627,7 +633,7 @@ impl Runtime {
         }
         let encoded = drafts
             .iter()
-            .map(AuditLog::encode)
+            .map(stored::encode)
             .collect::<Result<Vec<_>, _>>()?;
         let events: Vec<NewEvent<'_>> = encoded
             .iter()
@@ -804,7 +810,7 @@ impl Runtime {
             .events_for(digest)
             .await?
             .into_iter()
-            .map(|(seq, bytes)| AuditLog::decode(journal.location(), seq, &bytes))
+            .map(|(seq, bytes)| stored::decode(journal.location(), seq, &bytes))
             .filter(|e| {
                 e.as_ref().map_or(true, |e| {
                     e.key
@@ -836,88 +842,5 @@ impl Runtime {
     pub async fn stats(&self) -> Result<Stats, Error> {
         self.sync().await?;
         self.shared.audit.stats(&*self.shared.journal).await
-    }
-}
-
-/// What [`Runtime::prune`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PruneReport {
-    /// Everything last changed before this instant (ms since the epoch) was
-    /// eligible.
-    pub cutoff_ms: u64,
-    /// Operation records looked at.
-    pub ops_scanned: u64,
-    /// Finished operations removed.
-    pub ops_removed: u64,
-    /// Operations kept because they are not finished (in flight, waiting,
-    /// escalated, reissued), whatever their age.
-    pub ops_kept_open: u64,
-    /// Memoized steps removed.
-    pub steps_removed: u64,
-    /// Audit events removed.
-    pub events_removed: u64,
-    /// Records left alone because they could not be decoded.
-    pub undecodable: u64,
-}
-
-pub(crate) fn escalation_of(digest: &Digest, rec: &OpRecord) -> Escalation {
-    let esc = rec.escalation.clone().unwrap_or(record::EscalationInfo {
-        reason: String::new(),
-        at_ms: rec.updated_ms,
-    });
-    Escalation {
-        key: IdemKey::from_parts(&rec.tool, *digest, rec.generation),
-        tool: rec.tool.clone(),
-        class: rec.class,
-        root_run: rec.root_run.clone(),
-        scope: rec.scope.clone(),
-        reason: esc.reason,
-        args: serde_json::from_str(&rec.args).unwrap_or(serde_json::Value::Null),
-        attempts: rec.attempts,
-        last_error: rec.last_error.clone(),
-        verify_answer: rec.verify_answer.clone(),
-        first_attempt_ms: rec.first_attempt_ms,
-        escalated_ms: esc.at_ms,
-    }
-}
-
-fn operation_of(digest: &Digest, loaded: &Loaded, rec: &OpRecord) -> Operation {
-    let (result, via) = match &rec.state {
-        State::Committed { result, via } => (
-            Some(codec::to_json(&result.0)),
-            Some(via.label().to_string()),
-        ),
-        _ => (None, None),
-    };
-    let error = match &rec.state {
-        State::Rejected { error } | State::Failed { error } => Some(error.clone()),
-        _ => None,
-    };
-    Operation {
-        key: IdemKey::from_parts(&rec.tool, *digest, rec.generation),
-        tool: rec.tool.clone(),
-        class: rec.class,
-        root_run: rec.root_run.clone(),
-        scope: rec.scope.clone(),
-        state: rec.state.name().to_string(),
-        generation: rec.generation,
-        attempts: rec.attempts,
-        maybe_landed: rec.maybe_landed,
-        args: serde_json::from_str(&rec.args).unwrap_or(serde_json::Value::Null),
-        result,
-        committed_via: via,
-        error,
-        last_error: rec.last_error.clone(),
-        verify_answer: rec.verify_answer.clone(),
-        escalation_reason: rec.escalation.as_ref().map(|e| e.reason.clone()),
-        resolution: rec.resolution.as_ref().map(|r| ResolutionView {
-            kind: r.kind.clone(),
-            note: r.note.clone(),
-            at_ms: r.at_ms,
-            amendments: r.amendments,
-        }),
-        first_attempt_ms: rec.first_attempt_ms,
-        updated_ms: rec.updated_ms,
-        claimed_by: loaded.claim.as_ref().map(|c| c.owner.to_string()),
     }
 }

@@ -155,9 +155,6 @@ impl Journal for SlowOnce {
     fn location(&self) -> &str {
         self.inner.location()
     }
-    fn local(&self) -> &idem_runtime::journal::Local {
-        self.inner.local()
-    }
     fn renewal(&self) -> Option<Duration> {
         self.inner.renewal()
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use idem_runtime::journal::{
     BoxFuture, Claim, ClaimChange, Digest, Durability, EventRows, Expect, Held, Journal, Loaded,
-    Local, NewEvent, Owner, Space, Write, Written,
+    NewEvent, Owner, Space, Write, Written,
 };
 use idem_runtime::{Clock, Error};
 
@@ -190,10 +190,6 @@ impl Journal for FaultyJournal {
         self.inner.location()
     }
 
-    fn local(&self) -> &Local {
-        self.inner.local()
-    }
-
     fn clock(&self) -> Option<Arc<dyn Clock>> {
         self.inner.clock()
     }
@@ -333,7 +329,6 @@ impl Journal for FaultyJournal {
 /// renewing.
 pub struct ProcessView {
     inner: Arc<dyn Journal>,
-    local: Local,
     stalled: AtomicBool,
 }
 
@@ -342,7 +337,6 @@ impl ProcessView {
     pub fn new(inner: Arc<dyn Journal>) -> Arc<Self> {
         Arc::new(ProcessView {
             inner,
-            local: Local::default(),
             stalled: AtomicBool::new(false),
         })
     }
@@ -357,10 +351,6 @@ impl ProcessView {
 impl Journal for ProcessView {
     fn location(&self) -> &str {
         self.inner.location()
-    }
-
-    fn local(&self) -> &Local {
-        &self.local
     }
 
     fn clock(&self) -> Option<Arc<dyn Clock>> {
@@ -518,7 +508,6 @@ struct MemState {
 /// sled journal (the process's table of calls in flight knows its
 /// drivers).
 pub struct MemJournal {
-    local: Local,
     state: Mutex<MemState>,
     leases: Option<(Arc<dyn Clock>, Duration)>,
     changed: tokio::sync::Notify,
@@ -527,7 +516,6 @@ pub struct MemJournal {
 impl Default for MemJournal {
     fn default() -> Self {
         MemJournal {
-            local: Local::default(),
             state: Mutex::new(MemState {
                 live: Data::default(),
                 durable: Data::default(),
@@ -603,10 +591,6 @@ impl MemJournal {
 impl Journal for MemJournal {
     fn location(&self) -> &str {
         "memory"
-    }
-
-    fn local(&self) -> &Local {
-        &self.local
     }
 
     fn renewal(&self) -> Option<Duration> {

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::Error;
-use crate::private_files;
+use idem_journal::error::Error;
+use idem_journal::files as private_files;
 
 /// The token file's name in the journal directory.
 pub const TOKEN_FILE: &str = "idem-admin-token";
@@ -138,7 +138,7 @@ fn new_token() -> Result<String, Error> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)
         .map_err(|e| Error::storage("generate the admin token", "getrandom", e))?;
-    Ok(crate::key::hex(&bytes))
+    Ok(idem_journal::key::hex(&bytes))
 }
 
 /// A token file others can read may have leaked: refuse rather than serve

@@ -22,11 +22,11 @@ use super::wire::{
     ApiError, ExampleResult, OperationView, PruneView, ResolveRequest, Resolved, StatsView,
     ToolInfo,
 };
-use crate::audit::EventKind;
 use crate::class;
-use crate::error::Error;
-use crate::key::IdemKey;
 use crate::runtime::Runtime;
+use idem_journal::audit::EventKind;
+use idem_journal::error::Error;
+use idem_journal::key::IdemKey;
 
 /// Largest request body accepted: a `Landed` result may be a large
 /// document, but not an unbounded one.

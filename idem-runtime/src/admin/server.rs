@@ -16,8 +16,8 @@ use tokio::sync::{watch, Semaphore};
 use super::files::{self, AddressFile};
 use super::routes::App;
 use super::AdminOptions;
-use crate::error::Error;
 use crate::runtime::Shared;
+use idem_journal::error::Error;
 
 /// Connections served at once; more wait in the kernel's backlog.
 const MAX_CONNECTIONS: usize = 256;
@@ -74,7 +74,7 @@ pub(crate) fn start(
         let mut bytes = [0u8; 16];
         getrandom::fill(&mut bytes)
             .map_err(|e| Error::storage("start the admin API", "getrandom", e))?;
-        crate::key::hex(&bytes)
+        idem_journal::key::hex(&bytes)
     };
     let connect = match local.ip() {
         // A wildcard bind is reached on loopback from this machine.

@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::class::{Class, OnDrift, ToolDescriptor};
-use crate::escalation::Resolution;
+use crate::class::ToolDescriptor;
+use idem_journal::class::{Class, OnDrift};
+use idem_journal::views::Resolution;
 
 /// One tool of the running program (`GET /v1/tools`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -174,16 +175,16 @@ pub struct Resolved {
     /// `landed`, `reissue` or `abandon`.
     pub resolution: String,
     /// The operation as it is now.
-    pub operation: crate::escalation::Operation,
+    pub operation: idem_journal::views::Operation,
 }
 
 /// What `GET /v1/ops/{key}` answers: the record and its whole history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OperationView {
     /// The operation as the journal has it.
-    pub operation: crate::escalation::Operation,
+    pub operation: idem_journal::views::Operation,
     /// Every audit event about it (all generations), in order.
-    pub history: Vec<crate::audit::AuditEvent>,
+    pub history: Vec<idem_journal::audit::AuditEvent>,
 }
 
 /// What `GET /v1/stats` answers.
@@ -191,13 +192,13 @@ pub struct OperationView {
 pub struct StatsView {
     /// Per-tool counts from the audit stream.
     #[serde(flatten)]
-    pub stats: crate::audit::Stats,
+    pub stats: idem_journal::audit::Stats,
     /// Bytes the journal uses on disk.
     pub journal_bytes: u64,
 }
 
 /// What `POST /v1/prune` answers: [`PruneReport`](crate::PruneReport).
-pub type PruneView = crate::runtime::PruneReport;
+pub type PruneView = idem_journal::views::PruneReport;
 
 /// Every error the admin API returns: a 4xx or 5xx status with this body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,8 +3,9 @@
 
 use serde_json::{json, Value};
 
-use crate::error::{Error, ToolError};
+use crate::error::ToolError;
 use crate::failure::Failure;
+use idem_journal::error::Error;
 
 /// Why [`dispatch`](crate::dispatch) (or a [`ToolSet`](crate::ToolSet))
 /// did not return a tool's result.

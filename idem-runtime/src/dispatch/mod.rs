@@ -20,8 +20,9 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::{json, Value};
 
-use crate::class::{tools, Class, ToolDescriptor};
+use crate::class::{tools, ToolDescriptor};
 use crate::ctx::Ctx;
+use idem_journal::class::Class;
 
 pub use error::DispatchError;
 use generated::{Call, Dispatcher};

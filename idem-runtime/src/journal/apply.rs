@@ -196,7 +196,7 @@ pub(super) fn scan_digest(trees: &Trees) -> Result<(Digest, Option<u64>), Failed
     for item in trees.audit.iter() {
         let (k, v) = item?;
         let bucket = events::decode_bucket(&v).map_err(|e| {
-            Failed::Damaged(format!("audit bucket {}: {e}", super::super::key::hex(&k)))
+            Failed::Damaged(format!("audit bucket {}: {e}", idem_journal::key::hex(&k)))
         })?;
         for (seq, bytes) in bucket {
             d.add(digest::entry_hash(

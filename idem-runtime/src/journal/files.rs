@@ -9,9 +9,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::digest::Digest;
-use crate::error::Error;
-use crate::private_files;
-use crate::record::{self, Kind};
+use idem_journal::error::Error;
+use idem_journal::files as private_files;
+use idem_journal::record::{self, Kind};
 
 pub(super) const META: &str = "idem-meta";
 pub(super) const CHECKPOINT: &str = "idem-checkpoint";

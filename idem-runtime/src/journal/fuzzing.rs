@@ -10,7 +10,7 @@ use super::stored::{self, Header};
 use super::wal::{self, Change, Segment, Tree, Unit, HEADER_LEN};
 use super::Owner;
 use crate::fuzzing::{frame_round_trip, framed_input, Outcome};
-use crate::record::{self, Kind};
+use idem_journal::record::{self, Kind};
 
 /// Flag of [`wal()`]'s first byte: read the segment as the newest one.
 pub(crate) const NEWEST: u8 = 1;

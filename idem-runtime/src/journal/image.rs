@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::apply::Trees;
 use super::events;
 use super::wal::{self, Change, Tree, Unit};
-use crate::private_files;
+use idem_journal::files as private_files;
 
 /// The image's file name.
 pub(super) const IMAGE: &str = "idem-image";
@@ -95,7 +95,7 @@ pub(super) fn write(
             let bucket = events::decode_bucket(&value).map_err(|e| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("audit bucket {}: {e}", crate::key::hex(&key)),
+                    format!("audit bucket {}: {e}", idem_journal::key::hex(&key)),
                 )
             })?;
             for (seq, bytes) in bucket {

@@ -20,7 +20,7 @@ use super::digest::Digest as ContentDigest;
 use super::files::Checkpoint;
 use super::image;
 use super::wal::{self, Unit};
-use crate::error::Error;
+use idem_journal::error::Error;
 
 /// The name prefix of a directory holding sled files set aside.
 pub(super) const SET_ASIDE: &str = "sled-damaged.";
@@ -379,7 +379,7 @@ mod tests {
         ClaimChange, Durability, Expect, Journal, NewEvent, SledJournal, SledOptions, Space, Write,
         Written,
     };
-    use crate::error::Error;
+    use idem_journal::error::Error;
 
     use super::super::fuzzing::block_on as block;
 

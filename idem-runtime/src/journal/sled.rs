@@ -31,11 +31,10 @@ use super::store::{Store, Tuning};
 use super::wal::{self, Tree, Unit};
 use super::{image, repair};
 use super::{
-    BoxFuture, Digest, Durability, EventRows, Journal, Loaded, Local, NewEvent, Space, Write,
-    Written,
+    BoxFuture, Digest, Durability, EventRows, Journal, Loaded, NewEvent, Space, Write, Written,
 };
-use crate::error::Error;
-use crate::record::Kind;
+use idem_journal::error::Error;
+use idem_journal::record::Kind;
 
 /// Options of [`SledJournal::open_with`].
 #[derive(Debug, Clone)]
@@ -82,7 +81,6 @@ impl Default for SledOptions {
 pub struct SledJournal {
     /// `None` only while dropping.
     store: Option<Arc<Store>>,
-    local: Local,
     location: String,
     path: PathBuf,
 }
@@ -306,7 +304,6 @@ impl SledJournal {
         .map_err(storage("start the write-ahead log"))?;
         Ok(SledJournal {
             store: Some(store),
-            local: Local::default(),
             location,
             path,
         })
@@ -469,10 +466,6 @@ fn restrict_sled_files(path: &Path) {
 impl Journal for SledJournal {
     fn location(&self) -> &str {
         &self.location
-    }
-
-    fn local(&self) -> &Local {
-        &self.local
     }
 
     fn load<'a>(

@@ -34,8 +34,8 @@ use super::image;
 use super::stored::{self, Header};
 use super::wal::{self, Change, Tree};
 use super::{ClaimChange, Digest, EventRows, Expect, Loaded, NewEvent, Write, Written};
-use crate::error::Error;
-use crate::record::Kind;
+use idem_journal::error::Error;
+use idem_journal::record::Kind;
 
 /// How many segments' worth of log (`checkpoint_bytes` each) may pile up
 /// while a checkpoint runs before writers wait for it: bounds the log since
@@ -240,7 +240,7 @@ impl Store {
                 Tree::Escalations => "escalation index entry",
             },
             location: self.location.clone(),
-            key: crate::key::hex(key),
+            key: idem_journal::key::hex(key),
             detail,
         }
     }
@@ -487,7 +487,7 @@ impl Store {
             let bucket = events::decode_bucket(&v).map_err(|detail| Error::Corrupt {
                 what: "audit bucket",
                 location: self.location.clone(),
-                key: crate::key::hex(&k),
+                key: idem_journal::key::hex(&k),
                 detail,
             })?;
             for (seq, bytes) in bucket {

@@ -32,9 +32,9 @@ use std::fs::{self, File};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
-use crate::private_files::options as private_file;
-pub(super) use crate::private_files::sync_dir;
-use crate::record::crc32;
+use idem_journal::files::options as private_file;
+pub(super) use idem_journal::files::sync_dir;
+use idem_journal::record::crc32;
 
 const MAGIC: &[u8; 8] = b"IDEMWAL2";
 /// Bytes of a segment header.

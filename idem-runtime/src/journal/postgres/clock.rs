@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use crate::clock::{Clock, SystemClock};
+use idem_journal::clock::{Clock, SystemClock};
 
 /// The database's clock, corrected for this machine's skew.
 #[derive(Debug)]

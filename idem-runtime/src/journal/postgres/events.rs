@@ -24,8 +24,8 @@
 use std::sync::atomic::Ordering;
 
 use super::{pg, PostgresJournal};
-use crate::error::Error;
 use crate::journal::{Digest, Durability, EventRows, NewEvent};
+use idem_journal::error::Error;
 
 /// The horizon below which events may be handed out, in sequence numbers.
 const HORIZON: &str = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 16";

@@ -62,10 +62,10 @@ pub use self::clock::DbClock;
 pub use self::schema::SCHEMA_VERSION;
 use super::{
     BoxFuture, Claim, ClaimChange, Claimed, Digest, Durability, EventRows, Expect, Held, Journal,
-    Loaded, Local, NewEvent, Owner, Space, Write, Written,
+    Loaded, NewEvent, Owner, Space, Write, Written,
 };
-use crate::clock::Clock;
-use crate::error::Error;
+use idem_journal::clock::Clock;
+use idem_journal::error::Error;
 
 /// Options of [`PostgresJournal::connect_with`].
 #[derive(Debug, Clone)]
@@ -110,7 +110,6 @@ impl Default for PostgresOptions {
 /// guarantees, and [`PostgresJournal::connect`] for the URL.
 pub struct PostgresJournal {
     pool: Pool,
-    local: Local,
     location: String,
     options: PostgresOptions,
     clock: Arc<DbClock>,
@@ -402,7 +401,6 @@ impl PostgresJournal {
         let (listener, listening) = listen::Listener::start(config, clock.clone());
         Ok(PostgresJournal {
             pool,
-            local: Local::default(),
             location,
             options: options.clone(),
             clock,
@@ -718,10 +716,6 @@ impl Drop for PostgresJournal {
 impl Journal for PostgresJournal {
     fn location(&self) -> &str {
         &self.location
-    }
-
-    fn local(&self) -> &Local {
-        &self.local
     }
 
     fn clock(&self) -> Option<Arc<dyn Clock>> {

@@ -8,7 +8,7 @@
 
 use deadpool_postgres::tokio_postgres::{Client, GenericClient};
 
-use crate::error::Error;
+use idem_journal::error::Error;
 
 /// The schema this build creates and reads.
 pub const SCHEMA_VERSION: i32 = 1;

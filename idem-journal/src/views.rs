@@ -4,7 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::class::Class;
+use crate::codec;
+use crate::journal::{Digest, Loaded};
 use crate::key::IdemKey;
+use crate::record::{self, OpRecord, State};
 
 /// An operation parked for a human, with its evidence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,7 +54,8 @@ pub enum Resolution {
 }
 
 impl Resolution {
-    pub(crate) fn label(&self) -> &'static str {
+    /// `landed`, `reissue` or `abandon`.
+    pub fn label(&self) -> &'static str {
         match self {
             Resolution::Landed(_) => "landed",
             Resolution::Reissue => "reissue",
@@ -118,4 +122,89 @@ pub struct ResolutionView {
     pub at_ms: u64,
     /// How many times it was amended.
     pub amendments: u32,
+}
+
+/// What a prune of the journal did (`Runtime::prune`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PruneReport {
+    /// Everything last changed before this instant (ms since the epoch) was
+    /// eligible.
+    pub cutoff_ms: u64,
+    /// Operation records looked at.
+    pub ops_scanned: u64,
+    /// Finished operations removed.
+    pub ops_removed: u64,
+    /// Operations kept because they are not finished (in flight, waiting,
+    /// escalated, reissued), whatever their age.
+    pub ops_kept_open: u64,
+    /// Memoized steps removed.
+    pub steps_removed: u64,
+    /// Audit events removed.
+    pub events_removed: u64,
+    /// Records left alone because they could not be decoded.
+    pub undecodable: u64,
+}
+
+/// The escalation view of a stored operation.
+pub fn escalation_of(digest: &Digest, rec: &OpRecord) -> Escalation {
+    let esc = rec.escalation.clone().unwrap_or(record::EscalationInfo {
+        reason: String::new(),
+        at_ms: rec.updated_ms,
+    });
+    Escalation {
+        key: IdemKey::from_parts(&rec.tool, *digest, rec.generation),
+        tool: rec.tool.clone(),
+        class: rec.class,
+        root_run: rec.root_run.clone(),
+        scope: rec.scope.clone(),
+        reason: esc.reason,
+        args: serde_json::from_str(&rec.args).unwrap_or(serde_json::Value::Null),
+        attempts: rec.attempts,
+        last_error: rec.last_error.clone(),
+        verify_answer: rec.verify_answer.clone(),
+        first_attempt_ms: rec.first_attempt_ms,
+        escalated_ms: esc.at_ms,
+    }
+}
+
+/// The operator's view of a stored operation.
+pub fn operation_of(digest: &Digest, loaded: &Loaded, rec: &OpRecord) -> Operation {
+    let (result, via) = match &rec.state {
+        State::Committed { result, via } => (
+            Some(codec::to_json(&result.0)),
+            Some(via.label().to_string()),
+        ),
+        _ => (None, None),
+    };
+    let error = match &rec.state {
+        State::Rejected { error } | State::Failed { error } => Some(error.clone()),
+        _ => None,
+    };
+    Operation {
+        key: IdemKey::from_parts(&rec.tool, *digest, rec.generation),
+        tool: rec.tool.clone(),
+        class: rec.class,
+        root_run: rec.root_run.clone(),
+        scope: rec.scope.clone(),
+        state: rec.state.name().to_string(),
+        generation: rec.generation,
+        attempts: rec.attempts,
+        maybe_landed: rec.maybe_landed,
+        args: serde_json::from_str(&rec.args).unwrap_or(serde_json::Value::Null),
+        result,
+        committed_via: via,
+        error,
+        last_error: rec.last_error.clone(),
+        verify_answer: rec.verify_answer.clone(),
+        escalation_reason: rec.escalation.as_ref().map(|e| e.reason.clone()),
+        resolution: rec.resolution.as_ref().map(|r| ResolutionView {
+            kind: r.kind.clone(),
+            note: r.note.clone(),
+            at_ms: r.at_ms,
+            amendments: r.amendments,
+        }),
+        first_attempt_ms: rec.first_attempt_ms,
+        updated_ms: rec.updated_ms,
+        claimed_by: loaded.claim.as_ref().map(|c| c.owner.to_string()),
+    }
 }

@@ -11,11 +11,11 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::watch;
 
-use super::{Digest, Held};
+use idem_journal::journal::{Digest, Held, Journal};
 
 /// What a leader leaves for its waiters.
 pub type LeaderOutcome = Arc<dyn Any + Send + Sync>;
@@ -28,7 +28,8 @@ struct Entry_ {
     held: HeldCell,
 }
 
-/// The table; one per journal, shared by every runtime built on it.
+/// The table; one per journal, shared by every runtime built on it
+/// ([`Local::of`]).
 #[derive(Default)]
 pub struct Local {
     slots: Mutex<HashMap<Digest, Entry_>>,
@@ -62,7 +63,32 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The tables of the journals runtimes are built on, by journal object:
+/// two runtimes on one journal must share one table, or each would take
+/// the other's calls for dead ones (a journal used by one process answers
+/// [`Claim::live`](idem_journal::journal::Claim::live) false and leaves
+/// liveness to this table).
+type Tables = Vec<(Weak<dyn Journal>, Weak<Local>)>;
+
+static TABLES: Mutex<Tables> = Mutex::new(Vec::new());
+
 impl Local {
+    /// The table of `journal`: the one every other runtime on this journal
+    /// object uses, else a new one.
+    pub fn of(journal: &Arc<dyn Journal>) -> Arc<Local> {
+        let mut tables = lock(&TABLES);
+        tables.retain(|(j, t)| j.strong_count() > 0 && t.strong_count() > 0);
+        let found = tables
+            .iter()
+            .find(|(j, _)| std::ptr::addr_eq(j.as_ptr(), Arc::as_ptr(journal)))
+            .and_then(|(_, t)| t.upgrade());
+        found.unwrap_or_else(|| {
+            let table = Arc::new(Local::default());
+            tables.push((Arc::downgrade(journal), Arc::downgrade(&table)));
+            table
+        })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Digest, Entry_>> {
         lock(&self.slots)
     }
@@ -96,16 +122,6 @@ impl Local {
             .values()
             .filter_map(|e| *lock(&e.held))
             .collect()
-    }
-
-    /// Whether a call of this key is being driven in this process.
-    pub fn is_driven(&self, digest: &Digest) -> bool {
-        self.lock().contains_key(digest)
-    }
-
-    /// The keys being driven now.
-    pub fn driven(&self) -> Vec<Digest> {
-        self.lock().keys().copied().collect()
     }
 }
 
@@ -143,14 +159,14 @@ mod tests {
         let Entry::Busy(mut rx) = table.enter(&key) else {
             panic!("second entry must wait")
         };
-        assert!(table.is_driven(&key));
+        assert_eq!(table.lock().len(), 1);
         slot.share(Arc::new(7u32));
         drop(slot);
         // The sender is gone: changed() returns at once, value or not.
         let _ = rx.changed().await;
         let shared = rx.borrow().clone().expect("the leader shared its outcome");
         assert_eq!(shared.downcast_ref::<u32>(), Some(&7));
-        assert!(!table.is_driven(&key));
+        assert!(table.lock().is_empty());
         assert!(matches!(table.enter(&key), Entry::Leader(_)));
     }
 

@@ -17,7 +17,7 @@ use crate::class::Class;
 use crate::error::Error;
 
 /// Version of the record format written by this build.
-pub(crate) const RECORD_VERSION: u8 = 2;
+pub const RECORD_VERSION: u8 = 2;
 
 /// Largest body bincode may decode when the frame is small; a corrupt
 /// length prefix cannot make it allocate more than this.
@@ -37,17 +37,22 @@ const TINY_LIMIT: usize = 64 << 10;
 const MEDIUM_FRAME: usize = 256 << 10;
 const MEDIUM_LIMIT: usize = 1 << 20;
 /// The largest record idem writes (and so the largest result it journals).
-pub(crate) const LARGE_LIMIT: usize = 1 << 30;
+pub const LARGE_LIMIT: usize = 1 << 30;
 
 /// What kind of value a frame holds, so that a value of one kind is never
 /// decoded as another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Op = 0x4f,         // 'O'
-    Event = 0x45,      // 'E'
-    Step = 0x53,       // 'S'
-    Meta = 0x4d,       // 'M'
-    Checkpoint = 0x43, // 'C'
+pub enum Kind {
+    /// An [`OpRecord`] (`'O'`).
+    Op = 0x4f,
+    /// An audit event (`'E'`).
+    Event = 0x45,
+    /// A [`StepRecord`] (`'S'`).
+    Step = 0x53,
+    /// A journal's metadata file (`'M'`).
+    Meta = 0x4d,
+    /// A journal's checkpoint file (`'C'`).
+    Checkpoint = 0x43,
 }
 
 impl Kind {
@@ -64,7 +69,7 @@ impl Kind {
 
 /// Bytes stored as one bincode byte string (not a sequence of numbers).
 #[derive(Clone, PartialEq, Eq, Default)]
-pub(crate) struct Blob(pub Vec<u8>);
+pub struct Blob(pub Vec<u8>);
 
 impl std::fmt::Debug for Blob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,20 +105,31 @@ impl<'de> Deserialize<'de> for Blob {
 /// Where an operation stands. The engine's state machine moves between
 /// these; see `engine.rs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum State {
+pub enum State {
     /// An attempt may be in progress or may have reached the provider.
     Intent,
     /// Between attempts: the last attempt provably did not land (or `verify`
     /// said so unless `maybe_landed`), a retry is due.
     Waiting,
     /// Done; the result (see `codec.rs`) is recorded and replayed.
-    Committed { result: Blob, via: Via },
+    Committed {
+        /// The result, as [`codec`](crate::codec) stores it.
+        result: Blob,
+        /// How it was learned.
+        via: Via,
+    },
     /// The provider refused it; the next call is a new decision under the
     /// next generation.
-    Rejected { error: String },
+    Rejected {
+        /// The refusal, as text.
+        error: String,
+    },
     /// Every attempt provably failed to land and the budget is spent; the
     /// next call starts a fresh budget.
-    Failed { error: String },
+    Failed {
+        /// The last error, as text.
+        error: String,
+    },
     /// Parked for a human.
     Escalated,
     /// An operator said: run it again.
@@ -125,7 +141,7 @@ pub(crate) enum State {
 impl State {
     /// Whether nothing more will happen to the operation unless it is
     /// called again: what retention may forget.
-    pub(crate) fn is_finished(&self) -> bool {
+    pub fn is_finished(&self) -> bool {
         matches!(
             self,
             State::Committed { .. }
@@ -135,7 +151,8 @@ impl State {
         )
     }
 
-    pub(crate) fn name(&self) -> &'static str {
+    /// The state's name, as operators see it.
+    pub fn name(&self) -> &'static str {
         match self {
             State::Intent => "intent",
             State::Waiting => "waiting",
@@ -151,14 +168,18 @@ impl State {
 
 /// How a committed result was learned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum Via {
+pub enum Via {
+    /// Returned by an attempt.
     Call,
+    /// Found by `verify`.
     Verify,
+    /// Given by an operator's resolution.
     Operator,
 }
 
 impl Via {
-    pub(crate) fn label(self) -> &'static str {
+    /// `call`, `verify` or `operator`.
+    pub fn label(self) -> &'static str {
         match self {
             Via::Call => "call",
             Via::Verify => "verify",
@@ -169,16 +190,21 @@ impl Via {
 
 /// Why and when an operation was escalated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct EscalationInfo {
+pub struct EscalationInfo {
+    /// Why.
     pub reason: String,
+    /// When (ms since the epoch).
     pub at_ms: u64,
 }
 
 /// An operator's decision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ResolutionInfo {
+pub struct ResolutionInfo {
+    /// `landed`, `reissue` or `abandon`.
     pub kind: String,
+    /// The operator's note.
     pub note: String,
+    /// When (ms since the epoch).
     pub at_ms: u64,
     /// How many times an operator changed a resolution of this generation.
     pub amendments: u32,
@@ -186,12 +212,18 @@ pub(crate) struct ResolutionInfo {
 
 /// One logical operation, keyed by its key digest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct OpRecord {
+pub struct OpRecord {
+    /// The tool's name.
     pub tool: String,
+    /// Its class.
     pub class: Class,
+    /// The root run the operation belongs to.
     pub root_run: String,
+    /// The scope path below the root run.
     pub scope: Vec<String>,
+    /// The key generation (one more after each semantic refusal).
     pub generation: u32,
+    /// Where it stands.
     pub state: State,
     /// Attempts started in this decision. Written (and synced) before each
     /// attempt, so a crash loop cannot reset the budget.
@@ -204,34 +236,47 @@ pub(crate) struct OpRecord {
     /// provider's dedupe window counts from here, reissues included (the
     /// provider remembers the key from its first use, not from ours).
     pub key_first_sent_ms: Option<u64>,
+    /// When the record was last written (ms since the epoch).
     pub updated_ms: u64,
     /// Some attempt of this generation may have reached the provider and
     /// nothing has settled whether it landed.
     pub maybe_landed: bool,
+    /// SHA-256 of the non-redacted arguments (drift detection).
     pub fingerprint: [u8; 32],
     /// Non-redacted arguments as canonical JSON, for evidence.
     pub args: String,
+    /// The last attempt's error, as text.
     pub last_error: Option<String>,
+    /// What `verify` last answered.
     pub verify_answer: Option<String>,
+    /// Why and when it was escalated, if it was.
     pub escalation: Option<EscalationInfo>,
+    /// An operator's decision, if any.
     pub resolution: Option<ResolutionInfo>,
 }
 
 /// Where a memoized step stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum StepState {
+pub enum StepState {
     /// Its future is being polled (or its driver died; then it runs again).
     Running,
     /// Its value (see `codec.rs`).
-    Done { value: Blob },
+    Done {
+        /// The value, as [`codec`](crate::codec) stores it.
+        value: Blob,
+    },
 }
 
 /// A memoized step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct StepRecord {
+pub struct StepRecord {
+    /// The step's name.
     pub name: String,
+    /// The root run it belongs to.
     pub root_run: String,
+    /// Where it stands.
     pub state: StepState,
+    /// When it was last written (ms since the epoch).
     pub at_ms: u64,
 }
 
@@ -252,7 +297,7 @@ fn large() -> impl bincode::config::Config {
 }
 
 /// Frames a value of `kind`.
-pub(crate) fn encode<T: Serialize>(kind: Kind, value: &T) -> Result<Vec<u8>, Error> {
+pub fn encode<T: Serialize>(kind: Kind, value: &T) -> Result<Vec<u8>, Error> {
     let mut out = vec![kind as u8, RECORD_VERSION, 0, 0, 0, 0];
     bincode::serde::encode_into_std_write(value, &mut out, large()).map_err(|e| Error::Result {
         key: kind.name().to_string(),
@@ -273,7 +318,7 @@ pub(crate) fn encode<T: Serialize>(kind: Kind, value: &T) -> Result<Vec<u8>, Err
 }
 
 /// Decodes a frame of `kind`; `key` is used in error messages only.
-pub(crate) fn decode<T: DeserializeOwned>(
+pub fn decode<T: DeserializeOwned>(
     kind: Kind,
     bytes: &[u8],
     location: &str,
@@ -333,7 +378,7 @@ pub(crate) fn decode<T: DeserializeOwned>(
 }
 
 /// CRC-32 (IEEE, reflected), table-driven.
-pub(crate) fn crc32(data: &[u8]) -> u32 {
+pub fn crc32(data: &[u8]) -> u32 {
     const TABLE: [u32; 256] = {
         let mut table = [0u32; 256];
         let mut i = 0;
@@ -364,7 +409,7 @@ pub(crate) fn crc32(data: &[u8]) -> u32 {
 mod tests {
     use super::*;
 
-    pub(crate) fn sample() -> OpRecord {
+    pub fn sample() -> OpRecord {
         OpRecord {
             tool: "send_email".into(),
             class: Class::Journal,

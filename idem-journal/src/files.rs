@@ -8,7 +8,7 @@ use std::io;
 use std::path::Path;
 
 /// Options for a new file only its owner may read, opened for writing.
-pub(crate) fn options() -> OpenOptions {
+pub fn options() -> OpenOptions {
     let mut o = OpenOptions::new();
     #[cfg(unix)]
     {
@@ -21,7 +21,7 @@ pub(crate) fn options() -> OpenOptions {
 
 /// fsyncs a directory, so that the entries created, renamed or removed in
 /// it are durable.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
@@ -30,7 +30,7 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 /// or the new one, never half of one. `durable` also fsyncs the file before
 /// the rename and the directory after it, so that the new contents survive
 /// a power cut once this returns.
-pub(crate) fn replace(dir: &Path, name: &str, parts: &[&[u8]], durable: bool) -> io::Result<()> {
+pub fn replace(dir: &Path, name: &str, parts: &[&[u8]], durable: bool) -> io::Result<()> {
     replace_with(dir, name, durable, |f| {
         for part in parts {
             f.write_all(part)?;
@@ -42,7 +42,7 @@ pub(crate) fn replace(dir: &Path, name: &str, parts: &[&[u8]], durable: bool) ->
 /// [`replace`] with contents written by `fill` (through a buffer), for a
 /// file too large to assemble in memory first. If `fill` fails, the
 /// temporary file is removed and the old file stays.
-pub(crate) fn replace_with(
+pub fn replace_with(
     dir: &Path,
     name: &str,
     durable: bool,

@@ -13,18 +13,18 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 /// Encodes a result for the journal.
-pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, String> {
+pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, String> {
     rmp_serde::to_vec_named(value).map_err(|e| e.to_string())
 }
 
 /// Decodes a stored result into the tool's type.
-pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     rmp_serde::from_slice(bytes).map_err(|e| e.to_string())
 }
 
 /// A stored result as JSON, for operators and tools that show it (lossy
 /// only where JSON is: a non-finite float shows as `null`).
-pub(crate) fn to_json(bytes: &[u8]) -> serde_json::Value {
+pub fn to_json(bytes: &[u8]) -> serde_json::Value {
     rmp_serde::from_slice(bytes).unwrap_or_else(|e| {
         serde_json::Value::String(format!("<stored result not readable as JSON: {e}>"))
     })
@@ -33,7 +33,7 @@ pub(crate) fn to_json(bytes: &[u8]) -> serde_json::Value {
 /// The check a tool's descriptor carries for an operator's `Landed`
 /// result: JSON that decodes into the tool's result type `T`, stored as
 /// that `T` would be. Refused with serde's message otherwise.
-pub(crate) fn landed<T: Serialize + DeserializeOwned>(
+pub fn landed<T: Serialize + DeserializeOwned>(
     json: &serde_json::Value,
 ) -> Result<Vec<u8>, String> {
     let value: T = T::deserialize(json).map_err(|e| e.to_string())?;
