@@ -1,9 +1,9 @@
 //! Fuzz target `wal`: the input format and the properties checked are
-//! documented on `idem_runtime::fuzzing::wal`, which regression tests
+//! documented on `idem_sled::fuzzing::wal`, which regression tests
 //! replay in `cargo test --workspace`; here the allocations are also
 //! metered (see `idem_fuzz::bounded`).
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    idem_fuzz::bounded(data, idem_runtime::fuzzing::wal);
+    idem_fuzz::bounded(data, idem_sled::fuzzing::wal);
 });

@@ -17,9 +17,6 @@ mod dispatch;
 mod engine;
 mod error;
 mod failure;
-#[cfg(any(test, feature = "fuzzing"))]
-#[doc(hidden)]
-pub mod fuzzing;
 pub mod journal;
 mod key;
 mod leaders;
@@ -42,9 +39,11 @@ pub use idem_journal::clock::{Clock, ManualClock, SystemClock};
 pub use idem_journal::error::Error;
 pub use idem_journal::key::IdemKey;
 pub use idem_journal::views::{Escalation, Operation, PruneReport, Resolution, ResolutionView};
-pub use journal::{Journal, Owner, SledJournal, SledOptions};
+pub use journal::{Journal, Owner};
 #[cfg(feature = "postgres")]
 pub use journal::{PostgresJournal, PostgresOptions};
+#[cfg(feature = "sled")]
+pub use journal::{SledJournal, SledOptions};
 pub use key::{Args, KeyBuilder, KeyEncoder, KeyPart, KEY_VERSION};
 pub use retry::RetryPolicy;
 pub use runtime::{Runtime, RuntimeBuilder};

@@ -11,8 +11,8 @@ use crate::audit::{AuditLog, Subscription};
 use crate::class::{self, ToolDescriptor};
 use crate::ctx::Ctx;
 use crate::journal::{
-    ClaimChange, Digest, Durability, Expect, Journal, Loaded, NewEvent, Owner, SledJournal,
-    SledOptions, Space, Write as JournalWrite, Written,
+    ClaimChange, Digest, Durability, Expect, Journal, Loaded, NewEvent, Owner, Space,
+    Write as JournalWrite, Written,
 };
 use crate::retry::Jitter;
 use idem_journal::audit::{self as stored, AuditEvent, Draft, EventKind, Stats};
@@ -148,7 +148,8 @@ pub struct RuntimeBuilder {
     path: Option<PathBuf>,
     journal: Option<Arc<dyn Journal>>,
     clock: Option<Arc<dyn Clock>>,
-    sled: SledOptions,
+    #[cfg(feature = "sled")]
+    sled: idem_sled::SledOptions,
     in_flight_wait: Duration,
     retention: Duration,
     worker_id: Option<String>,
@@ -165,7 +166,6 @@ impl std::fmt::Debug for RuntimeBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RuntimeBuilder")
             .field("path", &self.path)
-            .field("sled", &self.sled)
             .field("in_flight_wait", &self.in_flight_wait)
             .field("retention", &self.retention)
             .field("worker_id", &self.worker_id)
@@ -175,7 +175,9 @@ impl std::fmt::Debug for RuntimeBuilder {
 }
 
 impl RuntimeBuilder {
-    /// The journal directory (sled). Created if missing.
+    /// The journal directory (the embedded sled journal, feature `sled`).
+    /// Created if missing. With another journal, where the admin API's
+    /// files go.
     pub fn path(mut self, path: impl AsRef<Path>) -> Self {
         self.path = Some(path.as_ref().to_path_buf());
         self
@@ -198,13 +200,15 @@ impl RuntimeBuilder {
 
     /// sled's cache size in bytes (default 64 MiB): bounds memory whatever
     /// the number of records.
+    #[cfg(feature = "sled")]
     pub fn cache_capacity(mut self, bytes: u64) -> Self {
         self.sled.cache_capacity = bytes;
         self
     }
 
     /// All of the sled journal's options.
-    pub fn sled_options(mut self, options: SledOptions) -> Self {
+    #[cfg(feature = "sled")]
+    pub fn sled_options(mut self, options: idem_sled::SledOptions) -> Self {
         self.sled = options;
         self
     }
@@ -314,7 +318,16 @@ impl RuntimeBuilder {
         };
         let journal: Arc<dyn Journal> = match (self.journal, self.path) {
             (Some(j), _) => j,
-            (None, Some(p)) => Arc::new(SledJournal::open_with(p, &self.sled)?),
+            #[cfg(feature = "sled")]
+            (None, Some(p)) => Arc::new(idem_sled::SledJournal::open_with(p, &self.sled)?),
+            #[cfg(not(feature = "sled"))]
+            (None, Some(p)) => {
+                return Err(Error::Usage(format!(
+                    "Runtime::builder().path({}): this build has no embedded journal (feature \
+                     `sled` of idem is off); give a .journal(...) or connect to PostgreSQL",
+                    p.display()
+                )))
+            }
             (None, None) => {
                 return Err(Error::Usage(
                     "Runtime::builder() needs a .path(...) or a .journal(...)".into(),
@@ -395,6 +408,7 @@ impl Runtime {
     /// image of sled plus the log after it: sled's files are moved aside
     /// into `sled-damaged.<unix ms>/` in the journal directory, rebuilt and
     /// checked, and a warning is logged.
+    #[cfg(feature = "sled")]
     pub fn open(path: impl AsRef<Path>) -> Result<Runtime, Error> {
         Runtime::builder().path(path).open()
     }
@@ -405,7 +419,8 @@ impl Runtime {
             path: None,
             journal: None,
             clock: None,
-            sled: SledOptions::default(),
+            #[cfg(feature = "sled")]
+            sled: idem_sled::SledOptions::default(),
             in_flight_wait: Duration::from_secs(30),
             retention: Duration::from_secs(7 * 24 * 3600),
             worker_id: None,

@@ -26,15 +26,17 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::apply::{self, Trees};
-use super::digest::{self, Digest as ContentDigest};
-use super::events;
-use super::files::{self, Checkpoint};
-use super::image;
-use super::stored::{self, Header};
-use super::wal::{self, Change, Tree};
-use super::{ClaimChange, Digest, EventRows, Expect, Loaded, NewEvent, Write, Written};
+use crate::apply::{self, Trees};
+use crate::digest::{self, Digest as ContentDigest};
+use crate::events;
+use crate::files::{self, Checkpoint};
+use crate::image;
+use crate::stored::{self, Header};
+use crate::wal::{self, Change, Tree};
 use idem_journal::error::Error;
+use idem_journal::journal::{
+    ClaimChange, Digest, EventRows, Expect, Loaded, NewEvent, Write, Written,
+};
 use idem_journal::record::Kind;
 
 /// How many segments' worth of log (`checkpoint_bytes` each) may pile up

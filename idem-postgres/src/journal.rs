@@ -1,71 +1,24 @@
-//! The shared journal: PostgreSQL, for several worker processes (feature
-//! `postgres`).
-//!
-//! What each part of the [`Journal`] contract becomes here:
-//!
-//! - **versions and conditions**: a write is one statement (one implicit
-//!   transaction, one round trip): `UPDATE ... WHERE version = $expected`
-//!   or `INSERT ... ON CONFLICT DO NOTHING`, with the audit events and the
-//!   notification in the same statement. Under READ COMMITTED a concurrent
-//!   writer of the same row makes the update wait and re-check the
-//!   condition, so of two writers with the same expectation one wins and
-//!   the other gets [`Written::Conflict`].
-//! - **claiming unread**: every read is a round trip, so the engine claims
-//!   a key before reading it ([`Journal::claim_first`]), and
-//!   [`Journal::claim`] is that same insert returning, in the same
-//!   statement, the record it found instead: a call on a new key is two
-//!   statements (INTENT, COMMITTED), a call on a known one still one
-//!   before it decides.
-//! - **claims are leases** on the database's clock: `lease_until` is set
-//!   from `clock_timestamp()` (never `now()`, which is the transaction's
-//!   start, and never the worker's clock), and [`Claim::live`] is
-//!   `lease_until > clock_timestamp()` at the time of the load. The runtime
-//!   renews the leases of the calls it drives every third of a lease
-//!   ([`Journal::renewal`]); a renewal matches owner *and* epoch, so a
-//!   worker that was taken over cannot extend the new owner's claim.
-//! - **fencing**: a takeover is a write like any other (conditional on the
-//!   version it saw, `epoch + 1`), so every later write of the stale owner
-//!   fails its condition and changes nothing.
-//! - **waking waiters** in other processes: a write of a record someone
-//!   waits for `NOTIFY`s in its transaction; a listening connection per
-//!   journal wakes this process's waiters (`listen.rs`, which also says why
-//!   not every write notifies), with polling as the fallback and a wake-up
-//!   at the lease's expiry (a dead driver writes nothing).
-//! - **durability**: [`Durability::Immediate`] writes commit synchronously
-//!   (PostgreSQL's own group commit shares the WAL flush between concurrent
-//!   committers); [`Durability::Eventual`] writes commit with
-//!   `synchronous_commit = off`, made durable by the WAL writer within
-//!   `wal_writer_delay` (200 ms by default) or by the next synchronous
-//!   commit of any session, since the WAL is flushed in order; that is the
-//!   trait's "never durable out of order".
-//! - **the audit stream** is commit-ordered and durable-only; see
-//!   `events.rs`.
-//! - **faults**: a lost connection or a restarted database makes the call
-//!   in progress fail with [`Error::Storage`]; nothing is retried blindly
-//!   (a write whose COMMIT outcome is unknown is reported as an error, and
-//!   the engine reloads and re-decides, as after a crash). The pool drops
-//!   closed connections and opens new ones by itself.
-
-mod clock;
-mod events;
-mod listen;
-mod schema;
+//! [`PostgresJournal`]: the contract's statements and the journal that
+//! runs them (the crate documentation says what each part becomes).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::tokio_postgres::{self, NoTls, Row};
+use deadpool_postgres::tokio_postgres::{NoTls, Row};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
-pub use self::clock::DbClock;
-pub use self::schema::SCHEMA_VERSION;
-use super::{
-    BoxFuture, Claim, ClaimChange, Claimed, Digest, Durability, EventRows, Expect, Held, Journal,
-    Loaded, NewEvent, Owner, Space, Write, Written,
+use crate::clock::DbClock;
+use crate::rows::{
+    check_events, claim_code, digest_of, loaded, location_of, parse_config, pg, space_id,
 };
+use crate::{listen, schema};
 use idem_journal::clock::Clock;
 use idem_journal::error::Error;
+use idem_journal::journal::{
+    BoxFuture, ClaimChange, Claimed, Digest, Durability, EventRows, Expect, Held, Journal, Loaded,
+    NewEvent, Owner, Space, Write, Written,
+};
 
 /// Options of [`PostgresJournal::connect_with`].
 #[derive(Debug, Clone)]
@@ -106,24 +59,24 @@ impl Default for PostgresOptions {
 }
 
 /// A journal in a PostgreSQL database, shared by every worker connected to
-/// it. See the module documentation of `idem_runtime::journal` for what it
+/// it. See the crate documentation for what it
 /// guarantees, and [`PostgresJournal::connect`] for the URL.
 pub struct PostgresJournal {
-    pool: Pool,
-    location: String,
-    options: PostgresOptions,
-    clock: Arc<DbClock>,
-    listener: Arc<listen::Listener>,
+    pub(crate) pool: Pool,
+    pub(crate) location: String,
+    pub(crate) options: PostgresOptions,
+    pub(crate) clock: Arc<DbClock>,
+    pub(crate) listener: Arc<listen::Listener>,
     /// The listening connection's task, stopped with the journal.
-    listening: tokio::task::JoinHandle<()>,
+    pub(crate) listening: tokio::task::JoinHandle<()>,
     /// This process's row of `idem_barrier`.
-    barrier_slot: i32,
+    pub(crate) barrier_slot: i32,
     /// An asynchronously committed write returned since the last barrier.
-    async_pending: AtomicBool,
+    pub(crate) async_pending: AtomicBool,
     /// Every visible event below this sequence number is known durable.
-    durable_floor: AtomicU64,
+    pub(crate) durable_floor: AtomicU64,
     /// The highest sequence number this process's writes were given.
-    last_seq: AtomicU64,
+    pub(crate) last_seq: AtomicU64,
 }
 
 impl std::fmt::Debug for PostgresJournal {
@@ -135,63 +88,6 @@ impl std::fmt::Debug for PostgresJournal {
     }
 }
 
-fn parse_config(url: &str) -> Result<tokio_postgres::Config, Error> {
-    url.parse::<tokio_postgres::Config>()
-        .map_err(|e| Error::Usage(format!("not a PostgreSQL connection string: {e}")))
-}
-
-/// The connection's target without its password, for error messages.
-fn location_of(config: &tokio_postgres::Config) -> String {
-    let user = config.get_user().unwrap_or("");
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .map(|h| match h {
-            tokio_postgres::config::Host::Tcp(name) => name.clone(),
-            #[cfg(unix)]
-            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
-        })
-        .collect();
-    let port = config
-        .get_ports()
-        .first()
-        .map(|p| format!(":{p}"))
-        .unwrap_or_default();
-    format!(
-        "postgres://{user}@{}{port}/{}",
-        hosts.join(","),
-        config.get_dbname().unwrap_or("")
-    )
-}
-
-fn pg<'a>(op: &'static str, location: &'a str) -> impl Fn(tokio_postgres::Error) -> Error + 'a {
-    move |e| Error::storage(op, location, describe(&e))
-}
-
-/// The error with its server-side detail, when there is one.
-fn describe(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{e}: {} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
-    }
-}
-
-fn space_id(space: Space) -> i16 {
-    match space {
-        Space::Ops => 0,
-        Space::Steps => 1,
-    }
-}
-
-fn digest_of(bytes: &[u8], location: &str) -> Result<Digest, Error> {
-    bytes.try_into().map_err(|_| Error::Corrupt {
-        what: "record key",
-        location: location.to_string(),
-        key: format!("{bytes:02x?}"),
-        detail: format!("{} bytes, not 32", bytes.len()),
-    })
-}
-
 /// The columns every record query selects, in this order (a macro, so
 /// that constant statements can include them).
 macro_rules! record_columns {
@@ -201,44 +97,6 @@ macro_rules! record_columns {
     };
 }
 const RECORD_COLUMNS: &str = record_columns!();
-
-fn loaded(row: &Row, at: usize) -> Loaded {
-    let worker: Option<String> = row.get(at + 2);
-    let incarnation: Option<i64> = row.get(at + 3);
-    Loaded {
-        version: row.get::<_, i64>(at) as u64,
-        epoch: row.get::<_, i64>(at + 1) as u64,
-        claim: worker.map(|w| Claim {
-            owner: Owner {
-                worker: Arc::from(w),
-                incarnation: incarnation.unwrap_or(0) as u64,
-            },
-            live: row.get(at + 4),
-        }),
-        body: row.get(at + 5),
-    }
-}
-
-/// A write's events are numbered within its transaction in 16 bits.
-fn check_events(write: &Write<'_>) -> Result<(), Error> {
-    if write.events.len() >= 1 << 16 {
-        return Err(Error::TooLarge {
-            what: "a write's audit events",
-            size: write.events.len() as u64,
-            limit: (1 << 16) - 1,
-        });
-    }
-    Ok(())
-}
-
-/// What a write does to the claim, as the statements' `$6`.
-fn claim_code(claim: ClaimChange<'_>) -> i32 {
-    match claim {
-        ClaimChange::Keep => 0,
-        ClaimChange::Take(_) => 1,
-        ClaimChange::Release => 2,
-    }
-}
 
 /// What every write does after the record's own change (`rec`): its
 /// events, its notification, and the result's first five columns (the new
@@ -326,7 +184,7 @@ impl PostgresJournal {
     /// on a URL before connecting to it.
     ///
     /// ```
-    /// use idem_runtime::PostgresJournal;
+    /// use idem_postgres::PostgresJournal;
     /// let at = PostgresJournal::redacted_url("postgres://ops:s3cret@db.internal:6432/idem");
     /// assert_eq!(at.unwrap(), "postgres://ops@db.internal:6432/idem");
     /// ```
@@ -339,8 +197,8 @@ impl PostgresJournal {
     /// directory), creating or checking the schema, with default options.
     ///
     /// ```no_run
-    /// # async fn f() -> Result<(), idem_runtime::Error> {
-    /// let journal = idem_runtime::PostgresJournal::connect(
+    /// # async fn f() -> Result<(), idem_journal::error::Error> {
+    /// let journal = idem_postgres::PostgresJournal::connect(
     ///     "postgres://idem@/idem?host=/run/idem-pg",
     /// )
     /// .await?;
@@ -472,7 +330,7 @@ impl PostgresJournal {
             .collect()
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Object, Error> {
+    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Object, Error> {
         self.pool
             .get()
             .await
@@ -584,7 +442,7 @@ impl PostgresJournal {
     }
 
     /// Remembers the sequence numbers a write was given.
-    fn wrote(&self, seqs: &[i64]) {
+    pub(crate) fn wrote(&self, seqs: &[i64]) {
         if let Some(max) = seqs.iter().max() {
             self.last_seq.fetch_max(*max as u64, Ordering::SeqCst);
         }
@@ -596,7 +454,7 @@ impl PostgresJournal {
     /// horizon is the cluster's oldest running transaction). Bounded: a
     /// transaction that stays open for long delays the stream's readers,
     /// never its order; `sync` then returns and its events show up later.
-    async fn wait_readable(&self, mut horizon: u64) -> Result<(), Error> {
+    pub(crate) async fn wait_readable(&self, mut horizon: u64) -> Result<(), Error> {
         let last = self.last_seq.load(Ordering::SeqCst);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let mut pause = Duration::from_millis(1);
@@ -624,7 +482,7 @@ impl PostgresJournal {
     /// synchronous commit flushes the WAL up to its own commit record, which
     /// follows theirs. Returns the sequence number below which every event
     /// visible before the barrier is now durable.
-    async fn barrier(&self) -> Result<u64, Error> {
+    pub(crate) async fn barrier(&self) -> Result<u64, Error> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(

@@ -4,12 +4,11 @@
 
 use std::sync::Arc;
 
-use super::events;
-use super::files::{Checkpoint, Meta, FORMAT, MAGIC};
-use super::stored::{self, Header};
-use super::wal::{self, Change, Segment, Tree, Unit, HEADER_LEN};
-use super::Owner;
-use crate::fuzzing::{frame_round_trip, framed_input, Outcome};
+use super::frames::Outcome;
+use crate::events;
+use crate::stored::{self, Header};
+use crate::wal::{self, Change, Segment, Tree, Unit, HEADER_LEN};
+use idem_journal::journal::Owner;
 use idem_journal::record::{self, Kind};
 
 /// Flag of [`wal()`]'s first byte: read the segment as the newest one.
@@ -252,48 +251,6 @@ pub fn sled_value(data: &[u8]) -> Outcome {
     Outcome::Decoded
 }
 
-/// The journal's own files (`idem-meta`, `idem-checkpoint`), as frames of
-/// the record decoder.
-pub(crate) fn file_frame(kind: Kind, frame: &[u8]) -> Outcome {
-    match kind {
-        Kind::Meta => frame_round_trip::<Meta>(kind, frame, |_| {}),
-        _ => frame_round_trip::<Checkpoint>(kind, frame, |c| {
-            let _ = c.digest();
-        }),
-    }
-}
-
-pub(crate) fn file_seeds() -> Vec<(String, Vec<u8>)> {
-    let meta = Meta {
-        magic: MAGIC.into(),
-        format: FORMAT,
-        created_ms: 1_700_000_000_000,
-    };
-    let checkpoint = Checkpoint {
-        gen: 3,
-        xor: 0xdead_beef,
-        count: 12,
-        next_seq: 40,
-        next_lsn: 77,
-    };
-    vec![
-        (
-            "meta".into(),
-            framed_input(
-                Kind::Meta,
-                record::encode(Kind::Meta, &meta).expect("encodes"),
-            ),
-        ),
-        (
-            "checkpoint".into(),
-            framed_input(
-                Kind::Checkpoint,
-                record::encode(Kind::Checkpoint, &checkpoint).expect("encodes"),
-            ),
-        ),
-    ]
-}
-
 /// Units as the store writes them: a record with its escalation entry and
 /// events, a removal, a truncation of the audit stream.
 fn sample_units() -> Vec<Vec<u8>> {
@@ -416,8 +373,8 @@ struct Snapshot {
 
 /// One record of the snapshot.
 struct Truth {
-    space: super::Space,
-    key: super::Digest,
+    space: idem_journal::journal::Space,
+    key: idem_journal::journal::Digest,
     body: Vec<u8>,
     /// Where the unit that last wrote it ends in the newest segment, if it
     /// is there (else it is in sled, or an older segment).
@@ -437,7 +394,7 @@ fn scratch_dir(what: &str) -> std::path::PathBuf {
 
 /// Runs `f` to its end on a runtime of its own (also the journal's unit
 /// tests' way to drive it from a plain `#[test]`).
-pub(super) fn block_on<F: std::future::Future>(f: F) -> F::Output {
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -483,7 +440,7 @@ fn snapshot() -> &'static Snapshot {
 }
 
 fn make_snapshot() -> Snapshot {
-    use super::{ClaimChange, Durability, Expect, Journal, NewEvent, Space, Write};
+    use idem_journal::journal::{ClaimChange, Durability, Expect, Journal, NewEvent, Space, Write};
     let dir = scratch_dir("journal");
     let owner = Owner {
         worker: Arc::from("fuzz"),
@@ -491,7 +448,7 @@ fn make_snapshot() -> Snapshot {
     };
     let body =
         |i: u8| record::encode(Kind::Step, &format!("record {i}")).expect("a record encodes");
-    let put = |j: &super::SledJournal, space, i: u8, claimed: bool| {
+    let put = |j: &crate::journal::SledJournal, space, i: u8, claimed: bool| {
         let key = [i; 32];
         let body = body(i);
         let event = [0x45, 2, i];
@@ -516,7 +473,7 @@ fn make_snapshot() -> Snapshot {
         block_on(j.write(w)).expect("a fresh journal writes");
     };
     // Written before a reopen: in sled after the reopen's checkpoint.
-    let j = super::SledJournal::open(&dir).expect("a fresh journal opens");
+    let j = crate::journal::SledJournal::open(&dir).expect("a fresh journal opens");
     for i in 1..=4 {
         put(
             &j,
@@ -527,7 +484,7 @@ fn make_snapshot() -> Snapshot {
     }
     drop(j);
     // Written after it: in the log only.
-    let j = super::SledJournal::open(&dir).expect("the journal reopens");
+    let j = crate::journal::SledJournal::open(&dir).expect("the journal reopens");
     for i in 5..=7 {
         put(
             &j,
@@ -605,7 +562,7 @@ fn make_snapshot() -> Snapshot {
 /// wrote it (the torn-tail rule: such a unit may never have been
 /// acknowledged).
 pub fn journal_files(data: &[u8]) -> Outcome {
-    use super::Journal;
+    use idem_journal::journal::Journal;
     let snap = snapshot();
     let mut files = snap.files.clone();
     // The first offset of the newest segment that the damage reaches.
@@ -631,7 +588,7 @@ pub fn journal_files(data: &[u8]) -> Outcome {
     }
     let dir = scratch_dir("damaged");
     write_files(&dir, &files);
-    let outcome = match super::SledJournal::open(&dir) {
+    let outcome = match crate::journal::SledJournal::open(&dir) {
         Ok(j) => {
             for t in &snap.records {
                 match block_on(j.load(t.space, &t.key)) {
@@ -657,11 +614,11 @@ pub fn journal_files(data: &[u8]) -> Outcome {
             assert!(
                 matches!(
                     e,
-                    crate::Error::Damaged { .. }
-                        | crate::Error::NotAJournal { .. }
-                        | crate::Error::UnsupportedFormat { .. }
-                        | crate::Error::Corrupt { .. }
-                        | crate::Error::RecordVersion { .. }
+                    idem_journal::error::Error::Damaged { .. }
+                        | idem_journal::error::Error::NotAJournal { .. }
+                        | idem_journal::error::Error::UnsupportedFormat { .. }
+                        | idem_journal::error::Error::Corrupt { .. }
+                        | idem_journal::error::Error::RecordVersion { .. }
                 ),
                 "a damaged journal must be refused as damaged, got: {e}"
             );
@@ -700,7 +657,7 @@ mod tests {
         // damage: repaired from the journal's own copy (here the whole log,
         // no image yet) when that copy is whole, refused naming `conf` when
         // it is not.
-        use crate::journal::Journal;
+        use idem_journal::journal::Journal;
         let snap = snapshot();
         let conf = snap
             .files
@@ -713,7 +670,7 @@ mod tests {
 
         let dir = scratch_dir("conf");
         write_files(&dir, &files);
-        let j = super::super::SledJournal::open(&dir).expect("repaired");
+        let j = crate::SledJournal::open(&dir).expect("repaired");
         for t in &snap.records {
             let loaded = block_on(j.load(t.space, &t.key)).unwrap();
             assert_eq!(
@@ -742,11 +699,11 @@ mod tests {
         files.remove(first);
         let dir = scratch_dir("conf");
         write_files(&dir, &files);
-        let err = super::super::SledJournal::open(&dir).map(drop).unwrap_err();
+        let err = crate::SledJournal::open(&dir).map(drop).unwrap_err();
         let names = read_files(&dir).len();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(
-            matches!(&err, crate::Error::Damaged { file, detail, .. }
+            matches!(&err, idem_journal::error::Error::Damaged { file, detail, .. }
                 if file.ends_with("conf") && detail.contains("not repaired")),
             "{err}"
         );

@@ -21,9 +21,9 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::path::Path;
 
-use super::digest::{self, Digest};
-use super::events::{self, Event};
-use super::wal::{Change, Tree, Unit};
+use crate::digest::{self, Digest};
+use crate::events::{self, Event};
+use crate::wal::{Change, Tree, Unit};
 
 /// Why applying or scanning failed: damage in sled's files (sled reports
 /// corruption, or a value of ours does not decode), or an I/O error.
@@ -222,7 +222,7 @@ pub(super) fn sync_sled(dir: &Path, trees: &Trees) -> std::io::Result<()> {
                 File::open(entry.path())?.sync_all()?;
             }
         }
-        super::wal::sync_dir(&blobs)?;
+        crate::wal::sync_dir(&blobs)?;
     }
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
@@ -233,7 +233,7 @@ pub(super) fn sync_sled(dir: &Path, trees: &Trees) -> std::io::Result<()> {
             File::open(entry.path())?.sync_all()?;
         }
     }
-    super::wal::sync_dir(dir)
+    crate::wal::sync_dir(dir)
 }
 
 /// What a caught panic (of sled's, on damage in its files) said.

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::{Claim, Loaded, Owner};
+use idem_journal::journal::{Claim, Loaded, Owner};
 
 const CLAIMED: u8 = 1;
 const ESCALATED: u8 = 2;
@@ -79,7 +79,7 @@ pub(super) fn decode(bytes: &[u8]) -> Result<(Header, &[u8]), String> {
 }
 
 /// The record as the trait hands it out. Claims in the sled journal are
-/// never live: one process owns the journal, and its [`super::Local`]
+/// never live: one process owns the journal, and its [`crate::Local`]
 /// table lists every driver.
 pub(super) fn loaded(h: Header, body: &[u8]) -> Loaded {
     Loaded {

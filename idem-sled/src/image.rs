@@ -34,9 +34,9 @@ use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::apply::Trees;
-use super::events;
-use super::wal::{self, Change, Tree, Unit};
+use crate::apply::Trees;
+use crate::events;
+use crate::wal::{self, Change, Tree, Unit};
 use idem_journal::files as private_files;
 
 /// The image's file name.

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::digest::Digest;
+use crate::digest::Digest;
 use idem_journal::error::Error;
 use idem_journal::files as private_files;
 use idem_journal::record::{self, Kind};
@@ -79,14 +79,14 @@ pub(super) fn write<T: Serialize>(
         .map_err(|e| Error::storage("write", &dir.join(name).display().to_string(), e))
 }
 
-/// The admin API's bearer token and address (`idem_runtime::admin`). They
+/// The admin API's bearer token and address (the admin API of idem). They
 /// are accepted in every build, not only with feature `admin`, so that a
 /// journal once served by the admin API still opens in a program without it.
 const ADMIN: [&str; 2] = ["idem-admin-token", "idem-admin-addr"];
 
 /// Whether a file name is one of these files (or their temporaries).
 pub(super) fn is_own(name: &str) -> bool {
-    [META, CHECKPOINT, super::image::IMAGE, ADMIN[0], ADMIN[1]]
+    [META, CHECKPOINT, crate::image::IMAGE, ADMIN[0], ADMIN[1]]
         .iter()
         .any(|f| name == *f || name.strip_suffix(".tmp") == Some(f))
 }

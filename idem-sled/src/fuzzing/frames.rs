@@ -22,12 +22,11 @@ use std::fmt::Debug;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::files::{Checkpoint, Meta, FORMAT, MAGIC};
 use idem_journal::audit::{self as stored, Draft};
 use idem_journal::error::Error;
 use idem_journal::key::IdemKey;
 use idem_journal::record::{self, Kind, OpRecord, State, StepRecord, StepState};
-
-pub use crate::journal::fuzzing::{journal_files, sled_value, wal};
 
 /// What an input did once every property held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +79,7 @@ pub fn record(data: &[u8]) -> Outcome {
             }
         }),
         Kind::Event => event(&frame),
-        Kind::Meta | Kind::Checkpoint => crate::journal::fuzzing::file_frame(kind, &frame),
+        Kind::Meta | Kind::Checkpoint => file_frame(kind, &frame),
     }
 }
 
@@ -221,29 +220,7 @@ fn key_text_round_trips(key: &IdemKey) {
     assert_eq!(back.digest(), key.digest());
 }
 
-/// Valid inputs for each target, made by the real encoders: the seed
-/// corpus (`fuzz/seeds/<target>/`). Returns (target, name, input).
-pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
-    let mut out = Vec::new();
-    for (name, input) in record_seeds() {
-        out.push(("record", name, input));
-    }
-    for (name, input) in crate::journal::fuzzing::wal_seeds() {
-        out.push(("wal", name, input));
-    }
-    for (name, input) in crate::journal::fuzzing::sled_value_seeds() {
-        out.push(("sled_value", name, input));
-    }
-    for (name, input) in key_seeds() {
-        out.push(("key", name, input));
-    }
-    for (name, input) in crate::journal::fuzzing::journal_files_seeds() {
-        out.push(("journal_files", name, input));
-    }
-    out
-}
-
-fn record_seeds() -> Vec<(String, Vec<u8>)> {
+pub(crate) fn record_seeds() -> Vec<(String, Vec<u8>)> {
     use idem_journal::audit::EventKind;
     use idem_journal::class::Class;
     use idem_journal::record::{Blob, EscalationInfo, ResolutionInfo, Via};
@@ -351,7 +328,7 @@ fn record_seeds() -> Vec<(String, Vec<u8>)> {
             (name.to_string(), framed_input(kind, frame))
         })
         .collect();
-    out.extend(crate::journal::fuzzing::file_seeds());
+    out.extend(file_seeds());
     out
 }
 
@@ -367,7 +344,7 @@ pub(crate) fn framed_input(kind: Kind, frame: Vec<u8>) -> Vec<u8> {
     input
 }
 
-fn key_seeds() -> Vec<(String, Vec<u8>)> {
+pub(crate) fn key_seeds() -> Vec<(String, Vec<u8>)> {
     let key = IdemKey::from_parts("send_email", [0xab; 32], 3);
     let mut text = vec![0];
     text.extend(key.as_str().as_bytes());
@@ -378,86 +355,44 @@ fn key_seeds() -> Vec<(String, Vec<u8>)> {
     vec![("text".into(), text), ("parts".into(), parts)]
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::{Path, PathBuf};
-
-    const TARGETS: [&str; 5] = ["record", "wal", "sled_value", "key", "journal_files"];
-
-    fn fuzz_dir() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
+/// The journal's own files (`idem-meta`, `idem-checkpoint`), as frames of
+/// the record decoder.
+fn file_frame(kind: Kind, frame: &[u8]) -> Outcome {
+    match kind {
+        Kind::Meta => frame_round_trip::<Meta>(kind, frame, |_| {}),
+        _ => frame_round_trip::<Checkpoint>(kind, frame, |c| {
+            let _ = c.digest();
+        }),
     }
+}
 
-    fn target(name: &str) -> fn(&[u8]) -> Outcome {
-        match name {
-            "record" => record,
-            "wal" => wal,
-            "sled_value" => sled_value,
-            "key" => key,
-            "journal_files" => journal_files,
-            other => panic!("no fuzz target {other}"),
-        }
-    }
-
-    /// The files of `fuzz/<dir>/<target>/`, by name.
-    fn inputs(dir: &str, target: &str) -> Vec<(String, Vec<u8>)> {
-        let path = fuzz_dir().join(dir).join(target);
-        let Ok(entries) = std::fs::read_dir(&path) else {
-            return Vec::new();
-        };
-        let mut out: Vec<_> = entries
-            .map(|e| {
-                let e = e.expect("readable directory entry");
-                let name = e.file_name().to_string_lossy().into_owned();
-                (name, std::fs::read(e.path()).expect("readable input"))
-            })
-            .filter(|(name, _)| !name.starts_with('.') && !name.ends_with(".md"))
-            .collect();
-        out.sort();
-        out
-    }
-
-    #[test]
-    fn seeds_reach_the_decoders() {
-        let seeds = seeds();
-        for name in TARGETS {
-            assert!(seeds.iter().any(|s| s.0 == name), "no seed for {name}");
-        }
-        for (t, name, input) in seeds {
-            assert_eq!(target(t)(&input), Outcome::Decoded, "seed {t}/{name}");
-        }
-    }
-
-    #[test]
-    fn committed_seed_corpus_is_what_the_encoders_write() {
-        // If this fails, the format changed: regenerate the seeds with
-        // `cargo run -p idem-runtime --features fuzzing --example fuzz_seeds`.
-        for (t, name, input) in seeds() {
-            let committed = inputs("seeds", t);
-            let found = committed.iter().find(|(n, _)| *n == name);
-            assert_eq!(
-                found.map(|(_, b)| b),
-                Some(&input),
-                "fuzz/seeds/{t}/{name} is missing or stale"
-            );
-        }
-    }
-
-    #[test]
-    fn committed_fuzz_findings_replay_without_failing() {
-        let mut replayed = 0;
-        for t in TARGETS {
-            for (name, input) in inputs("regressions", t) {
-                let outcome = std::panic::catch_unwind(|| target(t)(&input));
-                assert!(outcome.is_ok(), "fuzz/regressions/{t}/{name} fails again");
-                replayed += 1;
-            }
-        }
-        assert!(
-            replayed > 0,
-            "no committed fuzz findings under {:?}",
-            fuzz_dir()
-        );
-    }
+fn file_seeds() -> Vec<(String, Vec<u8>)> {
+    let meta = Meta {
+        magic: MAGIC.into(),
+        format: FORMAT,
+        created_ms: 1_700_000_000_000,
+    };
+    let checkpoint = Checkpoint {
+        gen: 3,
+        xor: 0xdead_beef,
+        count: 12,
+        next_seq: 40,
+        next_lsn: 77,
+    };
+    vec![
+        (
+            "meta".into(),
+            framed_input(
+                Kind::Meta,
+                record::encode(Kind::Meta, &meta).expect("encodes"),
+            ),
+        ),
+        (
+            "checkpoint".into(),
+            framed_input(
+                Kind::Checkpoint,
+                record::encode(Kind::Checkpoint, &checkpoint).expect("encodes"),
+            ),
+        ),
+    ]
 }

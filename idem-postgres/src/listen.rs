@@ -25,8 +25,8 @@ use std::time::Duration;
 use deadpool_postgres::tokio_postgres::{self, AsyncMessage, NoTls};
 use tokio::sync::broadcast;
 
-use super::clock::DbClock;
-use crate::journal::{Digest, Space};
+use crate::clock::DbClock;
+use idem_journal::journal::{Digest, Space};
 
 /// The notification channel.
 pub const CHANNEL: &str = "idem_changed";

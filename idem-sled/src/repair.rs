@@ -15,11 +15,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::apply::{self, Applied, Trees};
-use super::digest::Digest as ContentDigest;
-use super::files::Checkpoint;
-use super::image;
-use super::wal::{self, Unit};
+use crate::apply::{self, Applied, Trees};
+use crate::digest::Digest as ContentDigest;
+use crate::files::Checkpoint;
+use crate::image;
+use crate::wal::{self, Unit};
 use idem_journal::error::Error;
 
 /// The name prefix of a directory holding sled files set aside.
@@ -261,11 +261,11 @@ fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
         n += 1;
         aside = path.join(format!("{SET_ASIDE}{ms}-{n}"));
     }
-    super::files::create_private_dir(&aside)?;
+    crate::files::create_private_dir(&aside)?;
     for entry in fs::read_dir(path)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if super::files::is_sled_file(&name) {
+        if crate::files::is_sled_file(&name) {
             fs::rename(entry.path(), aside.join(&name))?;
         }
     }
@@ -375,13 +375,13 @@ mod tests {
     use std::collections::BTreeMap;
     use std::path::Path;
 
-    use super::super::{
-        ClaimChange, Durability, Expect, Journal, NewEvent, SledJournal, SledOptions, Space, Write,
-        Written,
-    };
+    use crate::journal::{SledJournal, SledOptions};
     use idem_journal::error::Error;
+    use idem_journal::journal::{
+        ClaimChange, Durability, Expect, Journal, NewEvent, Space, Write, Written,
+    };
 
-    use super::super::fuzzing::block_on as block;
+    use crate::fuzzing::sled::block_on as block;
 
     /// What a journal should hold: each key's last body (`None`: removed)
     /// and every event.
@@ -501,7 +501,7 @@ mod tests {
         assert!(segments.iter().all(|(g, _)| *g > gen), "{segments:?}");
         for entry in std::fs::read_dir(dir.path()).unwrap().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if super::super::files::is_sled_file(&name) {
+            if crate::files::is_sled_file(&name) {
                 if entry.path().is_dir() {
                     std::fs::remove_dir_all(entry.path()).unwrap();
                 } else {
@@ -616,10 +616,9 @@ mod tests {
         assert!(images >= 3, "{images} images");
         // Each round leaves about 97 records of 300 bytes plus two of
         // 200 KiB, and their events; each wrote far more than that.
-        let bound = 2
-            * (super::super::store::IMAGE_AFTER + super::super::store::BACKLOG + 1)
-            * options.checkpoint_bytes
-            + (1 << 20);
+        let bound =
+            2 * (crate::store::IMAGE_AFTER + crate::store::BACKLOG + 1) * options.checkpoint_bytes
+                + (1 << 20);
         assert!(peak <= bound, "{peak} bytes of log beyond the image's size");
         let j = SledJournal::open_with(dir.path(), &options).unwrap();
         assert_holds(&j, &truth);

@@ -25,15 +25,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::apply;
-use super::files::{self, Checkpoint, Meta};
-use super::store::{Store, Tuning};
-use super::wal::{self, Tree, Unit};
-use super::{image, repair};
-use super::{
+use crate::apply;
+use crate::files::{self, Checkpoint, Meta};
+use crate::store::{Store, Tuning};
+use crate::wal::{self, Tree, Unit};
+use crate::{image, repair};
+use idem_journal::error::Error;
+use idem_journal::journal::{
     BoxFuture, Digest, Durability, EventRows, Journal, Loaded, NewEvent, Space, Write, Written,
 };
-use idem_journal::error::Error;
 use idem_journal::record::Kind;
 
 /// Options of [`SledJournal::open_with`].
@@ -613,7 +613,7 @@ impl Drop for SledJournal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::{ClaimChange, Expect};
+    use idem_journal::journal::{ClaimChange, Expect};
 
     const K: Digest = [3; 32];
 
@@ -630,7 +630,7 @@ mod tests {
         }
     }
 
-    use super::super::fuzzing::block_on as block;
+    use crate::fuzzing::sled::block_on as block;
 
     #[test]
     fn unknown_format_version_is_refused_and_left_alone() {
@@ -894,7 +894,7 @@ mod tests {
         // The flusher waits once the segment reaches the backlog; the
         // barrier that took it there holds at most one unit per writer
         // (64 of under 400 bytes).
-        let bound = crate::journal::store::BACKLOG * checkpoint_bytes + 32 * 1024;
+        let bound = crate::store::BACKLOG * checkpoint_bytes + 32 * 1024;
         let peak = j.log_peak_segment_bytes();
         assert!(
             peak <= bound,

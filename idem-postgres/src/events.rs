@@ -23,9 +23,10 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{pg, PostgresJournal};
-use crate::journal::{Digest, Durability, EventRows, NewEvent};
+use crate::journal::PostgresJournal;
+use crate::rows::pg;
 use idem_journal::error::Error;
+use idem_journal::journal::{Digest, Durability, EventRows, NewEvent};
 
 /// The horizon below which events may be handed out, in sequence numbers.
 const HORIZON: &str = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 16";

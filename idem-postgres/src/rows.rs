@@ -1,0 +1,107 @@
+//! What the journal's statements read and write, beside the statements
+//! themselves: connection strings, rows, codes, and errors.
+
+use std::sync::Arc;
+
+use deadpool_postgres::tokio_postgres::{self, Row};
+
+use idem_journal::error::Error;
+use idem_journal::journal::{Claim, ClaimChange, Digest, Loaded, Owner, Space, Write};
+
+pub(crate) fn parse_config(url: &str) -> Result<tokio_postgres::Config, Error> {
+    url.parse::<tokio_postgres::Config>()
+        .map_err(|e| Error::Usage(format!("not a PostgreSQL connection string: {e}")))
+}
+
+/// The connection's target without its password, for error messages.
+pub(crate) fn location_of(config: &tokio_postgres::Config) -> String {
+    let user = config.get_user().unwrap_or("");
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    let port = config
+        .get_ports()
+        .first()
+        .map(|p| format!(":{p}"))
+        .unwrap_or_default();
+    format!(
+        "postgres://{user}@{}{port}/{}",
+        hosts.join(","),
+        config.get_dbname().unwrap_or("")
+    )
+}
+
+pub(crate) fn pg<'a>(
+    op: &'static str,
+    location: &'a str,
+) -> impl Fn(tokio_postgres::Error) -> Error + 'a {
+    move |e| Error::storage(op, location, describe(&e))
+}
+
+/// The error with its server-side detail, when there is one.
+pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{e}: {} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
+pub(crate) fn space_id(space: Space) -> i16 {
+    match space {
+        Space::Ops => 0,
+        Space::Steps => 1,
+    }
+}
+
+pub(crate) fn digest_of(bytes: &[u8], location: &str) -> Result<Digest, Error> {
+    bytes.try_into().map_err(|_| Error::Corrupt {
+        what: "record key",
+        location: location.to_string(),
+        key: format!("{bytes:02x?}"),
+        detail: format!("{} bytes, not 32", bytes.len()),
+    })
+}
+
+pub(crate) fn loaded(row: &Row, at: usize) -> Loaded {
+    let worker: Option<String> = row.get(at + 2);
+    let incarnation: Option<i64> = row.get(at + 3);
+    Loaded {
+        version: row.get::<_, i64>(at) as u64,
+        epoch: row.get::<_, i64>(at + 1) as u64,
+        claim: worker.map(|w| Claim {
+            owner: Owner {
+                worker: Arc::from(w),
+                incarnation: incarnation.unwrap_or(0) as u64,
+            },
+            live: row.get(at + 4),
+        }),
+        body: row.get(at + 5),
+    }
+}
+
+/// A write's events are numbered within its transaction in 16 bits.
+pub(crate) fn check_events(write: &Write<'_>) -> Result<(), Error> {
+    if write.events.len() >= 1 << 16 {
+        return Err(Error::TooLarge {
+            what: "a write's audit events",
+            size: write.events.len() as u64,
+            limit: (1 << 16) - 1,
+        });
+    }
+    Ok(())
+}
+
+/// What a write does to the claim, as the statements' `$6`.
+pub(crate) fn claim_code(claim: ClaimChange<'_>) -> i32 {
+    match claim {
+        ClaimChange::Keep => 0,
+        ClaimChange::Take(_) => 1,
+        ClaimChange::Release => 2,
+    }
+}
