@@ -87,7 +87,7 @@ pub(crate) struct Shared {
     pub(crate) replays: crate::replays::Replays,
     /// The admin API server, while this runtime serves one.
     #[cfg(feature = "admin")]
-    pub(crate) admin: std::sync::Mutex<Option<crate::admin::Running>>,
+    pub(crate) admin: std::sync::Mutex<Option<idem_admin::Running>>,
 }
 
 /// A tool seen making a call, with the result check its call carried.
@@ -310,8 +310,8 @@ impl RuntimeBuilder {
         #[cfg(feature = "admin")]
         let admin = match self.admin {
             Some(options) => {
-                crate::admin::require_tokio()?;
-                let dir = crate::admin::files_dir(&options, self.path.as_deref())?;
+                idem_admin::require_tokio()?;
+                let dir = options.files_dir(self.path.as_deref())?;
                 Some((options, dir))
             }
             None => None,
@@ -365,7 +365,7 @@ impl RuntimeBuilder {
         rt.start_renewer();
         #[cfg(feature = "admin")]
         if let Some((options, dir)) = admin {
-            let running = crate::admin::start(&rt.shared, options, &dir)?;
+            let running = crate::admin::start(&rt, options, &dir)?;
             *rt.shared.admin.lock().unwrap_or_else(|p| p.into_inner()) = Some(running);
         }
         Ok(rt)

@@ -8,14 +8,13 @@
 //! skipped, and an event that is published before it is durable is sent
 //! once it is (the stream holds only durable events).
 
-use std::sync::Weak;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 
-use crate::audit::{Subscription, SubscriptionError};
-use crate::runtime::{Runtime, Shared};
+use crate::operator::{Live, Missed, Operator};
 
 /// Where a read of the stream starts.
 #[derive(Debug, Clone, Copy)]
@@ -38,10 +37,10 @@ const PAGE: usize = 512;
 /// Sends the stream from `next` into `tx`; follows it when `live` is given.
 /// Ends when the client goes, the runtime is dropped or the server stops.
 pub(crate) async fn stream(
-    shared: Weak<Shared>,
+    rt: Arc<dyn Operator>,
     mut next: u64,
     limit: Option<u64>,
-    mut live: Option<Subscription>,
+    mut live: Option<Box<dyn Live>>,
     tx: mpsc::Sender<Bytes>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -49,11 +48,9 @@ pub(crate) async fn stream(
     // The highest sequence number seen live that may not be durable yet.
     let mut awaited: Option<u64> = None;
     loop {
-        // The runtime is held only while reading a page.
-        let Some(strong) = shared.upgrade() else {
+        if !rt.alive() {
             return;
-        };
-        let rt = Runtime { shared: strong };
+        }
         loop {
             if left == 0 {
                 return;
@@ -82,7 +79,6 @@ pub(crate) async fn stream(
                 return;
             }
         }
-        drop(rt);
         let Some(sub) = live.as_mut() else {
             // A snapshot: done.
             return;
@@ -98,8 +94,8 @@ pub(crate) async fn stream(
         tokio::select! {
             event = sub.recv() => match event {
                 Ok(e) if e.seq >= next => awaited = Some(awaited.map_or(e.seq, |a| a.max(e.seq))),
-                Ok(_) | Err(SubscriptionError::Lagged { .. }) => {}
-                Err(SubscriptionError::Closed) => return,
+                Ok(_) | Err(Missed::Lagged) => {}
+                Err(Missed::Closed) => return,
             },
             _ = tokio::time::sleep(wait) => {}
             _ = tx.closed() => return,

@@ -5,7 +5,7 @@
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
 
-use super::body::Body;
+use crate::body::Body;
 
 /// One of the page's files.
 pub(crate) enum Asset {

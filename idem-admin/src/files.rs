@@ -4,6 +4,7 @@
 //! the journal directory finds the process.
 
 use std::fs;
+#[cfg(feature = "server")]
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -69,7 +70,9 @@ impl AddressFile {
 
     /// Writes it atomically (a temporary file renamed over the old one):
     /// a reader sees the old address or the new one, never half of one.
-    pub(crate) fn write(&self, dir: &Path) -> Result<(), Error> {
+    /// Writes the file (not durably: it only says where a running process
+    /// listens).
+    pub fn write(&self, dir: &Path) -> Result<(), Error> {
         let location = address_path(dir).display().to_string();
         let io = |e: std::io::Error| Error::storage("write the admin address file", &location, e);
         let bytes = serde_json::to_vec(self).map_err(|e| io(std::io::Error::other(e)))?;
@@ -79,7 +82,8 @@ impl AddressFile {
 
     /// Removes the address file if it is still this one (a later start may
     /// have replaced it).
-    pub(crate) fn remove_if_ours(&self, dir: &Path) {
+    /// Removes the file if it still names this instance.
+    pub fn remove_if_ours(&self, dir: &Path) {
         if let Ok(Some(current)) = AddressFile::read(dir) {
             if current.instance == self.instance {
                 if let Err(e) = fs::remove_file(address_path(dir)) {
@@ -92,6 +96,7 @@ impl AddressFile {
 
 /// The token: `IDEM_ADMIN_TOKEN` (or the one given), else the token file,
 /// made on first start.
+#[cfg(feature = "server")]
 pub(crate) fn load_or_create_token(dir: &Path, given: Option<&str>) -> Result<String, Error> {
     if let Some(token) = given
         .map(str::to_string)
@@ -123,6 +128,7 @@ pub(crate) fn load_or_create_token(dir: &Path, given: Option<&str>) -> Result<St
     }
 }
 
+#[cfg(feature = "server")]
 fn check_token(token: String, from: &str) -> Result<String, Error> {
     if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(Error::Usage(format!(
@@ -134,6 +140,7 @@ fn check_token(token: String, from: &str) -> Result<String, Error> {
 }
 
 /// 32 random bytes from the operating system, as hex.
+#[cfg(feature = "server")]
 fn new_token() -> Result<String, Error> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)
@@ -143,6 +150,7 @@ fn new_token() -> Result<String, Error> {
 
 /// A token file others can read may have leaked: refuse rather than serve
 /// the journal with it.
+#[cfg(feature = "server")]
 fn refuse_if_readable_by_others(path: &Path) -> Result<(), Error> {
     #[cfg(unix)]
     {
@@ -168,6 +176,7 @@ fn refuse_if_readable_by_others(path: &Path) -> Result<(), Error> {
 
 /// Compares a presented token with the real one in time that does not
 /// depend on where they differ.
+#[cfg(feature = "server")]
 pub(crate) fn token_matches(presented: &[u8], expected: &[u8]) -> bool {
     // The length is not secret (the generated ones are all 64 digits); the
     // contents are compared in full whatever the first difference.
@@ -181,7 +190,7 @@ pub(crate) fn token_matches(presented: &[u8], expected: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "server"))]
 mod tests {
     use super::*;
 

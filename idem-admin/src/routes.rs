@@ -13,17 +13,15 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use super::body::Body;
-use super::files::token_matches;
-use super::follow::{self, From};
-use super::inbox;
-use super::server::WeakShared;
-use super::wire::{
+use crate::body::Body;
+use crate::files::token_matches;
+use crate::follow::{self, From};
+use crate::inbox;
+use crate::operator::Operator;
+use crate::wire::{
     ApiError, ExampleResult, OperationView, PruneView, ResolveRequest, Resolved, StatsView,
     ToolInfo,
 };
-use crate::class;
-use crate::runtime::Runtime;
 use idem_journal::audit::EventKind;
 use idem_journal::error::Error;
 use idem_journal::key::IdemKey;
@@ -34,7 +32,7 @@ const MAX_BODY: usize = 64 << 20;
 
 /// The server's state, shared by its connections.
 pub(crate) struct App {
-    shared: WeakShared,
+    operator: Arc<dyn Operator>,
     token: String,
     instance: String,
     stop: watch::Receiver<bool>,
@@ -55,13 +53,13 @@ type Answer = Response<Body>;
 
 impl App {
     pub(crate) fn new(
-        shared: WeakShared,
+        operator: Arc<dyn Operator>,
         token: String,
         instance: String,
         stop: watch::Receiver<bool>,
     ) -> App {
         App {
-            shared,
+            operator,
             token,
             instance,
             stop,
@@ -102,30 +100,30 @@ impl App {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             return answer;
         }
-        let Some(shared) = self.shared.upgrade() else {
+        if !self.operator.alive() {
             return error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
                 "the runtime is shutting down",
             );
-        };
-        let rt = Runtime { shared };
+        }
+        let rt = &*self.operator;
         let segments: Vec<&str> = route.split('/').collect();
         match (segments.as_slice(), &method) {
-            (["tools"], &Method::GET) => self.tools(&rt).await,
+            (["tools"], &Method::GET) => self.tools(rt).await,
             (["escalations"], &Method::GET) => match rt.escalations().await {
                 Ok(list) => json(StatusCode::OK, &list),
                 Err(e) => runtime_error(&e),
             },
             (["ops", key], &Method::GET) => match parse_key(key) {
-                Ok(key) => operation(&rt, &key).await,
+                Ok(key) => operation(rt, &key).await,
                 Err(answer) => answer,
             },
             (["ops", key, "resolve"], &Method::POST) => match parse_key(key) {
-                Ok(key) => resolve(&rt, &key, req).await,
+                Ok(key) => resolve(rt, &key, req).await,
                 Err(answer) => answer,
             },
-            (["audit"], &Method::GET) => self.audit(rt, req.uri().query()).await,
+            (["audit"], &Method::GET) => self.audit(req.uri().query()).await,
             (["stats"], &Method::GET) => {
                 let stats = match rt.stats().await {
                     Ok(s) => s,
@@ -168,21 +166,8 @@ impl App {
         token_matches(presented, self.token.as_bytes())
     }
 
-    async fn tools(&self, rt: &Runtime) -> Answer {
-        let shared = &rt.shared;
-        let mut tools: Vec<ToolInfo> = class::tools()
-            .map(|t| ToolInfo::of(t, shared.landed_check(t.name, t.class).is_some()))
-            .collect();
-        {
-            // Hand-built descriptors that made calls here.
-            let called = shared.called.lock().unwrap_or_else(|p| p.into_inner());
-            for c in called.values() {
-                if !tools.iter().any(|t| t.name == c.tool.name) {
-                    let checks = c.check_landed.or(c.tool.check_landed).is_some();
-                    tools.push(ToolInfo::of(c.tool, checks));
-                }
-            }
-        }
+    async fn tools(&self, rt: &dyn Operator) -> Answer {
+        let mut tools: Vec<ToolInfo> = rt.tools();
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         let commits = match self.latest_commits(rt).await {
             Ok(c) => c,
@@ -214,13 +199,13 @@ impl App {
 
     /// Reads the audit stream from where the last call stopped; returns
     /// each tool's latest commit.
-    async fn latest_commits(&self, rt: &Runtime) -> Result<HashMap<String, String>, Error> {
+    async fn latest_commits(&self, rt: &dyn Operator) -> Result<HashMap<String, String>, Error> {
         let mut latest = self.latest.lock().await;
         self.catch_up(rt, &mut latest).await?;
         Ok(latest.commits.clone())
     }
 
-    async fn catch_up(&self, rt: &Runtime, latest: &mut Latest) -> Result<(), Error> {
+    async fn catch_up(&self, rt: &dyn Operator, latest: &mut Latest) -> Result<(), Error> {
         loop {
             let page = rt.audit_page(latest.next, 4096).await?;
             let Some(last) = page.last().map(|e| e.seq) else {
@@ -235,14 +220,28 @@ impl App {
         }
     }
 
-    async fn audit(&self, rt: Runtime, query: Option<&str>) -> Answer {
+    async fn audit(&self, query: Option<&str>) -> Answer {
+        let rt = &*self.operator;
         let params = match AuditQuery::parse(query.unwrap_or("")) {
             Ok(p) => p,
             Err(message) => return error(StatusCode::BAD_REQUEST, "bad_request", &message),
         };
         // Subscribed before the position is fixed: whatever is written after
         // it wakes the follower, and the durable stream has the rest.
-        let live = params.follow.then(|| rt.subscribe());
+        let live = if params.follow {
+            match rt.subscribe() {
+                Some(live) => Some(live),
+                None => {
+                    return error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        "the runtime is shutting down",
+                    )
+                }
+            }
+        } else {
+            None
+        };
         let from = match params.from {
             From::Seq(n) => n,
             From::End => {
@@ -250,7 +249,7 @@ impl App {
                 if let Err(e) = rt.sync().await {
                     return runtime_error(&e);
                 }
-                if let Err(e) = self.catch_up(&rt, &mut latest).await {
+                if let Err(e) = self.catch_up(rt, &mut latest).await {
                     return runtime_error(&e);
                 }
                 latest.next
@@ -263,10 +262,8 @@ impl App {
             }
         }
         let (tx, rx) = tokio::sync::mpsc::channel(64);
-        let weak = Arc::downgrade(&rt.shared);
-        drop(rt);
         tokio::spawn(follow::stream(
-            weak,
+            self.operator.clone(),
             from,
             params.limit,
             live,
@@ -342,7 +339,7 @@ impl AuditQuery {
     }
 }
 
-async fn operation(rt: &Runtime, key: &IdemKey) -> Answer {
+async fn operation(rt: &dyn Operator, key: &IdemKey) -> Answer {
     let op = match rt.operation(key).await {
         Ok(Some(op)) => op,
         Ok(None) => {
@@ -364,7 +361,7 @@ async fn operation(rt: &Runtime, key: &IdemKey) -> Answer {
     }
 }
 
-async fn resolve(rt: &Runtime, key: &IdemKey, req: Request<Incoming>) -> Answer {
+async fn resolve(rt: &dyn Operator, key: &IdemKey, req: Request<Incoming>) -> Answer {
     let bytes = match read_body(req).await {
         Ok(b) => b,
         Err(answer) => return answer,

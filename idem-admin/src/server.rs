@@ -5,7 +5,7 @@
 use std::convert::Infallible;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -13,10 +13,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{watch, Semaphore};
 
-use super::files::{self, AddressFile};
-use super::routes::App;
-use super::AdminOptions;
-use crate::runtime::Shared;
+use crate::files::{self, AddressFile};
+use crate::operator::Operator;
+use crate::options::AdminOptions;
+use crate::routes::App;
 use idem_journal::error::Error;
 
 /// Connections served at once; more wait in the kernel's backlog.
@@ -24,9 +24,11 @@ const MAX_CONNECTIONS: usize = 256;
 
 /// The running server, owned by the runtime: dropping it (when the last
 /// handle goes) stops the server and removes the address file.
-pub(crate) struct Running {
-    pub(crate) addr: SocketAddr,
-    pub(crate) url: String,
+pub struct Running {
+    /// The address the server is bound to.
+    pub addr: SocketAddr,
+    /// Its base URL (`http://127.0.0.1:PORT`).
+    pub url: String,
     dir: PathBuf,
     file: AddressFile,
     shutdown: watch::Sender<bool>,
@@ -42,7 +44,7 @@ impl Drop for Running {
 }
 
 /// Fails unless called inside a tokio runtime, which the server runs on.
-pub(crate) fn require_tokio() -> Result<tokio::runtime::Handle, Error> {
+pub fn require_tokio() -> Result<tokio::runtime::Handle, Error> {
     tokio::runtime::Handle::try_current().map_err(|_| {
         Error::Usage(
             "RuntimeBuilder::admin(..) serves the admin API on the tokio runtime that \
@@ -53,9 +55,10 @@ pub(crate) fn require_tokio() -> Result<tokio::runtime::Handle, Error> {
     })
 }
 
-/// Binds, writes the address file and starts serving.
-pub(crate) fn start(
-    shared: &Arc<Shared>,
+/// Binds, writes the address file and starts serving `operator` on the
+/// current tokio runtime, with the token and address files in `dir`.
+pub fn serve(
+    operator: Arc<dyn Operator>,
     options: AdminOptions,
     dir: &Path,
 ) -> Result<Running, Error> {
@@ -95,12 +98,7 @@ pub(crate) fn start(
     };
     file.write(dir)?;
     let (shutdown, stop) = watch::channel(false);
-    let app = Arc::new(App::new(
-        Arc::downgrade(shared),
-        token,
-        instance,
-        stop.clone(),
-    ));
+    let app = Arc::new(App::new(operator, token, instance, stop.clone()));
     handle.spawn(accept_loop(listener, app, stop));
     tracing::info!(target: "idem::admin", %url, dir = %dir.display(), "admin API listening");
     Ok(Running {
@@ -181,6 +179,3 @@ async fn accept_loop(
         });
     }
 }
-
-/// A weak handle the server may upgrade only for the length of a request.
-pub(crate) type WeakShared = Weak<Shared>;

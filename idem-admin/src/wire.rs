@@ -3,9 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::class::ToolDescriptor;
+use idem_journal::audit::{AuditEvent, Stats};
 use idem_journal::class::{Class, OnDrift};
-use idem_journal::views::Resolution;
+use idem_journal::views::{Operation, PruneReport, Resolution};
 
 /// One tool of the running program (`GET /v1/tools`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,37 +63,6 @@ pub struct RetryInfo {
     pub max_elapsed_ms: Option<u64>,
     /// Whether delays are jittered.
     pub jitter: bool,
-}
-
-impl ToolInfo {
-    pub(crate) fn of(tool: &ToolDescriptor, checks_landed: bool) -> ToolInfo {
-        let ms = |d: std::time::Duration| d.as_millis().min(u64::MAX as u128) as u64;
-        ToolInfo {
-            name: tool.name.to_string(),
-            class: tool.class,
-            key_fields: tool.key_fields.iter().map(|s| s.to_string()).collect(),
-            verify: tool.verify.map(str::to_string),
-            dedupe_window_ms: ms(tool.dedupe_window),
-            timeout_ms: tool.timeout.map(ms),
-            retry: RetryInfo {
-                max_attempts: tool.retry.max_attempts,
-                initial_ms: ms(tool.retry.initial),
-                backoff: tool.retry.backoff,
-                max_interval_ms: ms(tool.retry.max_interval),
-                max_elapsed_ms: tool.retry.max_elapsed.map(ms),
-                jitter: tool.retry.jitter,
-            },
-            on_drift: tool.on_drift,
-            redact: tool.redact.iter().map(|s| s.to_string()).collect(),
-            checks_landed,
-            defined_at: if tool.file.is_empty() {
-                tool.module_path.to_string()
-            } else {
-                format!("{} ({}:{})", tool.module_path, tool.file, tool.line)
-            },
-            example_result: None,
-        }
-    }
 }
 
 /// The body of `POST /v1/ops/{key}/resolve`.
@@ -175,16 +144,16 @@ pub struct Resolved {
     /// `landed`, `reissue` or `abandon`.
     pub resolution: String,
     /// The operation as it is now.
-    pub operation: idem_journal::views::Operation,
+    pub operation: Operation,
 }
 
 /// What `GET /v1/ops/{key}` answers: the record and its whole history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OperationView {
     /// The operation as the journal has it.
-    pub operation: idem_journal::views::Operation,
+    pub operation: Operation,
     /// Every audit event about it (all generations), in order.
-    pub history: Vec<idem_journal::audit::AuditEvent>,
+    pub history: Vec<AuditEvent>,
 }
 
 /// What `GET /v1/stats` answers.
@@ -192,13 +161,13 @@ pub struct OperationView {
 pub struct StatsView {
     /// Per-tool counts from the audit stream.
     #[serde(flatten)]
-    pub stats: idem_journal::audit::Stats,
+    pub stats: Stats,
     /// Bytes the journal uses on disk.
     pub journal_bytes: u64,
 }
 
-/// What `POST /v1/prune` answers: [`PruneReport`](crate::PruneReport).
-pub type PruneView = idem_journal::views::PruneReport;
+/// What `POST /v1/prune` answers: [`PruneReport`].
+pub type PruneView = PruneReport;
 
 /// Every error the admin API returns: a 4xx or 5xx status with this body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
