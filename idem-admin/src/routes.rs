@@ -342,11 +342,7 @@ impl AuditQuery {
 async fn operation(rt: &dyn Operator, key: &IdemKey) -> Answer {
     let op = match rt.operation(key).await {
         Ok(Some(op)) => op,
-        Ok(None) => {
-            return runtime_error(&Error::UnknownKey {
-                key: key.to_string(),
-            })
-        }
+        Ok(None) => return runtime_error(&Error::UnknownKey { key: key.clone() }),
         Err(e) => return runtime_error(&e),
     };
     match rt.history(key).await {
@@ -396,9 +392,7 @@ async fn resolve(rt: &dyn Operator, key: &IdemKey, req: Request<Incoming>) -> An
                 operation,
             },
         ),
-        Ok(None) => runtime_error(&Error::UnknownKey {
-            key: key.to_string(),
-        }),
+        Ok(None) => runtime_error(&Error::UnknownKey { key: key.clone() }),
         Err(e) => runtime_error(&e),
     }
 }
@@ -431,7 +425,7 @@ fn parse_key(segment: &str) -> Result<IdemKey, Answer> {
             "the key is not valid UTF-8",
         )
     })?;
-    IdemKey::parse(&text).map_err(|e| runtime_error(&e))
+    IdemKey::parse(&text).map_err(|e| runtime_error(&Error::from(e)))
 }
 
 /// `%XX` escapes (and nothing else: `+` stays a plus).

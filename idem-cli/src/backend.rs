@@ -185,9 +185,7 @@ impl Backend {
                     .await
                     .map_err(|e| CliError::runtime(&e))?
                     .ok_or_else(|| {
-                        CliError::runtime(&idem_runtime::Error::UnknownKey {
-                            key: key.to_string(),
-                        })
+                        CliError::runtime(&idem_runtime::Error::UnknownKey { key: key.clone() })
                     })?;
                 let history = rt.history(&key).await.map_err(|e| CliError::runtime(&e))?;
                 Ok(OperationView { operation, history })
@@ -425,5 +423,5 @@ async fn read_stream(
 }
 
 fn parse_key(key: &str) -> Result<IdemKey, CliError> {
-    IdemKey::parse(key).map_err(|e| CliError::runtime(&e))
+    IdemKey::parse(key).map_err(|e| CliError::runtime(&idem_runtime::Error::from(e)))
 }

@@ -76,11 +76,11 @@ pub async fn connect(url: &str, keep: Option<Duration>) -> Result<Runtime, CliEr
         .connect()
         .await
         .map_err(|e| match &e {
-            idem_runtime::Error::Storage { detail, .. } => {
+            idem_runtime::Error::Storage { .. } => {
                 let error = CliError::unreachable(format!(
                     "cannot open the PostgreSQL journal at {location}: {e}"
                 ));
-                if is_insufficient_privilege(detail) {
+                if is_insufficient_privilege(&e) {
                     error.hint(
                         "idem reads and writes the journal's rows as a worker does: its role \
                          needs SELECT, INSERT, UPDATE and DELETE on the idem_* tables and \
@@ -119,14 +119,12 @@ pub async fn migrate(url: &str) -> Result<Migrated, CliError> {
     let schema_version = PostgresJournal::migrate(url).await.map_err(|e| {
         let error = CliError::runtime(&e);
         match &e {
-            idem_runtime::Error::Storage { detail, .. } if is_insufficient_privilege(detail) => {
-                error.hint(
-                    "creating the schema needs CREATE on the database's schema (public, or \
+            e if is_insufficient_privilege(e) => error.hint(
+                "creating the schema needs CREATE on the database's schema (public, or \
                      the first of the URL's search_path): run idem migrate as the database's \
                      owner, and let the workers and operators use a role with the rows' \
                      privileges",
-                )
-            }
+            ),
             _ => error,
         }
     })?;
@@ -137,9 +135,10 @@ pub async fn migrate(url: &str) -> Result<Migrated, CliError> {
     })
 }
 
-/// SQLSTATE 42501, insufficient_privilege, in a journal error's detail.
-fn is_insufficient_privilege(detail: &str) -> bool {
-    detail.contains("(42501)")
+/// Whether the database refused for want of a privilege (SQLSTATE 42501,
+/// insufficient_privilege).
+fn is_insufficient_privilege(e: &idem_runtime::Error) -> bool {
+    e.sqlstate() == Some("42501")
 }
 
 /// The URL parsed, with the CLI's connect timeout and application name, and

@@ -10,7 +10,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
 use crate::clock::DbClock;
 use crate::rows::{
-    check_events, claim_code, digest_of, loaded, location_of, parse_config, pg, space_id,
+    check_events, claim_code, digest_of, loaded, location_of, parse_config, pg, pool_failure,
+    space_id,
 };
 use crate::{listen, schema};
 use idem_journal::clock::Clock;
@@ -246,7 +247,7 @@ impl PostgresJournal {
             let mut client = pool
                 .get()
                 .await
-                .map_err(|e| Error::storage("connect", &location, e))?;
+                .map_err(|e| pool_failure("connect", &location, e))?;
             if options.migrate {
                 schema::migrate(&mut client, &location).await?;
             } else {
@@ -334,7 +335,7 @@ impl PostgresJournal {
         self.pool
             .get()
             .await
-            .map_err(|e| Error::storage("connect", &self.location, e))
+            .map_err(|e| pool_failure("connect", &self.location, e))
     }
 
     async fn write_now(&self, w: &Write<'_>) -> Result<Written, Error> {

@@ -41,11 +41,45 @@ pub(crate) fn pg<'a>(
     op: &'static str,
     location: &'a str,
 ) -> impl Fn(tokio_postgres::Error) -> Error + 'a {
-    move |e| Error::storage(op, location, describe(&e))
+    move |e| failure(op, location, e)
+}
+
+/// A database error as idem's [`Error`]: its SQLSTATE typed, the client's
+/// error as the cause, the server's message in the text.
+pub(crate) fn failure(op: &'static str, location: &str, e: tokio_postgres::Error) -> Error {
+    let sqlstate = e.as_db_error().map(|db| db.code().code().to_string());
+    Error::database(
+        op,
+        location,
+        sqlstate,
+        Failure {
+            text: describe(&e),
+            source: e,
+        },
+    )
+}
+
+/// The client's error, shown with the server's message and code.
+#[derive(Debug)]
+struct Failure {
+    text: String,
+    source: tokio_postgres::Error,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for Failure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
 }
 
 /// The error with its server-side detail, when there is one.
-pub(crate) fn describe(e: &tokio_postgres::Error) -> String {
+fn describe(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{e}: {} ({})", db.message(), db.code().code()),
         None => e.to_string(),
@@ -103,5 +137,18 @@ pub(crate) fn claim_code(claim: ClaimChange<'_>) -> i32 {
         ClaimChange::Keep => 0,
         ClaimChange::Take(_) => 1,
         ClaimChange::Release => 2,
+    }
+}
+
+/// A pool's failure to hand out a connection: the database's own error
+/// when it refused one, else the pool's.
+pub(crate) fn pool_failure(
+    op: &'static str,
+    location: &str,
+    e: deadpool_postgres::PoolError,
+) -> Error {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => failure(op, location, e),
+        other => Error::database(op, location, None, other),
     }
 }

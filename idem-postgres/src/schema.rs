@@ -76,7 +76,7 @@ fn storage(
     location: &str,
 ) -> impl FnOnce(deadpool_postgres::tokio_postgres::Error) -> Error {
     let location = location.to_string();
-    move |e| Error::storage(op, &location, crate::rows::describe(&e))
+    move |e| crate::rows::failure(op, &location, e)
 }
 
 /// The version row of the schema, if the database has the schema table

@@ -605,7 +605,7 @@ impl<'a> Op<'a> {
             let rec: OpRecord = record::decode(Kind::Op, &loaded.body, journal.location(), digest)?;
             if rec.tool != self.tool.name || rec.class != self.tool.class {
                 return Err(Error::ToolMismatch {
-                    key: self.key.to_string(),
+                    key: self.key.clone(),
                     stored_tool: rec.tool,
                     stored_class: rec.class,
                     tool: self.tool.name.to_string(),
@@ -692,7 +692,7 @@ impl<'a> Op<'a> {
             // A call that waited for a concurrent duplicate shares its
             // decision: the same operation, decided once.
             State::Rejected { error } | State::Failed { error } if waited => {
-                let (key, error) = (self.key.to_string(), error.clone());
+                let (key, error) = (self.key.clone(), error.clone());
                 let refused = matches!(self.rec.state, State::Rejected { .. });
                 let (reason, shared) = if refused {
                     ("refusal", Error::Rejected { key, error })
@@ -1105,7 +1105,7 @@ impl<'a> Op<'a> {
             None if !last.text.is_empty() => timed_out(self.tool, self.rec.attempts),
             // The attempts were made by an earlier process or call.
             None => ToolError::Journal(Error::Failed {
-                key: self.key.to_string(),
+                key: self.key.clone(),
                 attempts: self.rec.attempts,
                 error: text,
             }),

@@ -608,7 +608,7 @@ mod tests {
         ] {
             let err = IdemKey::parse(&text).expect_err(&text);
             assert!(
-                matches!(err, idem_journal::error::Error::BadKey { .. }),
+                matches!(err, idem_journal::key::BadKey { .. }),
                 "{text}: {err}"
             );
             assert!(text.parse::<IdemKey>().is_err());

@@ -554,9 +554,10 @@ impl Runtime {
         note: &str,
     ) -> Result<(), Error> {
         let journal = &*self.shared.journal;
-        let (loaded, mut rec) = self.load_op(key).await?.ok_or_else(|| Error::UnknownKey {
-            key: key.to_string(),
-        })?;
+        let (loaded, mut rec) = self
+            .load_op(key)
+            .await?
+            .ok_or_else(|| Error::UnknownKey { key: key.clone() })?;
         let set_by_operator = rec.resolution.is_some()
             && matches!(
                 rec.state,
@@ -571,7 +572,7 @@ impl Runtime {
             _ if set_by_operator => rec.resolution.as_ref().map(|r| r.kind.clone()),
             _ => {
                 return Err(Error::NotEscalated {
-                    key: key.to_string(),
+                    key: key.clone(),
                     state: rec.state.name().to_string(),
                 })
             }
@@ -584,7 +585,7 @@ impl Runtime {
                     .shared
                     .landed_check(&rec.tool, rec.class)
                     .ok_or_else(|| Error::ResultType {
-                        key: current_key.to_string(),
+                        key: current_key.clone(),
                         tool: rec.tool.clone(),
                         detail: "this program cannot check the result against the tool's type \
                                  (the tool is not in it, or its result type is generic and it was \
@@ -593,7 +594,7 @@ impl Runtime {
                             .into(),
                     })?;
                 let stored = check(&json).map_err(|detail| Error::ResultType {
-                    key: current_key.to_string(),
+                    key: current_key.clone(),
                     tool: rec.tool.clone(),
                     detail,
                 })?;
@@ -676,9 +677,7 @@ impl Runtime {
                 }
                 Ok(())
             }
-            Written::Conflict => Err(Error::Conflict {
-                key: key.to_string(),
-            }),
+            Written::Conflict => Err(Error::Conflict { key: key.clone() }),
         }
     }
 

@@ -80,12 +80,12 @@ struct TailEvent {
 
 /// Someone waiting for a barrier.
 enum Waiter {
-    Async(oneshot::Sender<Result<(), String>>),
-    Blocking(std::sync::mpsc::Sender<Result<(), String>>),
+    Async(oneshot::Sender<Result<(), Broken>>),
+    Blocking(std::sync::mpsc::Sender<Result<(), Broken>>),
 }
 
 impl Waiter {
-    fn answer(self, result: Result<(), String>) {
+    fn answer(self, result: Result<(), Broken>) {
         // A waiter whose call was dropped no longer listens; fine.
         match self {
             Waiter::Async(tx) => drop(tx.send(result)),
@@ -106,7 +106,7 @@ struct State {
     flushing: bool,
     /// Set after a failed write or fdatasync: the page cache's state is then
     /// unknown, so every later barrier fails until the journal is reopened.
-    broken: Option<String>,
+    broken: Option<Broken>,
     next_lsn: u64,
     next_seq: u64,
     /// Every unit up to this lsn is durable.
@@ -230,7 +230,7 @@ impl Store {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn err(&self, op: &'static str, e: impl std::fmt::Display) -> Error {
+    fn err(&self, op: &'static str, e: impl Into<idem_journal::error::Cause>) -> Error {
         Error::storage(op, &self.location, e)
     }
 
@@ -281,7 +281,7 @@ impl Store {
     pub(super) fn write(&self, tree: Tree, w: &Write<'_>) -> Result<Written, Error> {
         let mut st = self.lock();
         if let Some(why) = &st.broken {
-            return Err(self.err("write", why));
+            return Err(self.err("write", why.clone()));
         }
         let old = self.current(&st, tree, w.key)?;
         let old_header = match &old {
@@ -393,7 +393,7 @@ impl Store {
     pub(super) fn remove(&self, tree: Tree, key: &Digest, version: u64) -> Result<bool, Error> {
         let mut st = self.lock();
         if let Some(why) = &st.broken {
-            return Err(self.err("remove", why));
+            return Err(self.err("remove", why.clone()));
         }
         let Some(old) = self.current(&st, tree, key)? else {
             return Ok(false);
@@ -433,7 +433,7 @@ impl Store {
     pub(super) fn append(&self, events: &[NewEvent<'_>]) -> Result<Vec<u64>, Error> {
         let mut st = self.lock();
         if let Some(why) = &st.broken {
-            return Err(self.err("append", why));
+            return Err(self.err("append", why.clone()));
         }
         let lsn = st.next_lsn;
         let seqs: Vec<u64> = (st.next_seq..st.next_seq + events.len() as u64).collect();
@@ -650,7 +650,7 @@ impl Store {
         // caller asked to truncate what it has not seen: refuse that.
         let mut st = self.lock();
         if let Some(why) = &st.broken {
-            return Err(self.err("truncate the audit stream", why));
+            return Err(self.err("truncate the audit stream", why.clone()));
         }
         if st
             .tail
@@ -825,7 +825,10 @@ impl Store {
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     })
                     .map_err(|e| {
-                        let why = format!("write-ahead log write failed: {e}; reopen the journal");
+                        let why = Broken {
+                            kind: e.kind(),
+                            why: format!("write-ahead log write failed: {e}; reopen the journal"),
+                        };
                         self.lock().broken = Some(why.clone());
                         why
                     }),
@@ -939,7 +942,7 @@ impl Store {
                  sled from its image and log",
                 apply::panic_text(&panic)
             );
-            self.lock().broken = Some(why.clone());
+            self.lock().broken = Some(Broken::other(why.clone()));
             Err(why)
         });
         let image = {
@@ -1108,5 +1111,29 @@ impl Background {
         if let Some(h) = handle {
             let _ = h.join();
         }
+    }
+}
+
+/// Why the store stopped taking writes (an I/O error of the log, a sled
+/// failure inside a checkpoint): every later write fails with it, its I/O
+/// kind kept (`StorageFull` for a full disk), until the journal reopens.
+#[derive(Debug, Clone)]
+pub(crate) struct Broken {
+    kind: std::io::ErrorKind,
+    why: String,
+}
+
+impl Broken {
+    fn other(why: String) -> Broken {
+        Broken {
+            kind: std::io::ErrorKind::Other,
+            why,
+        }
+    }
+}
+
+impl From<Broken> for idem_journal::error::Cause {
+    fn from(b: Broken) -> Self {
+        Box::new(std::io::Error::new(b.kind, b.why))
     }
 }

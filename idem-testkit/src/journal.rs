@@ -26,10 +26,11 @@ pub enum StorageFault {
 }
 
 impl StorageFault {
-    fn detail(self) -> &'static str {
+    /// The I/O error a real disk gives for it.
+    fn io_error(self) -> std::io::Error {
         match self {
-            StorageFault::Refused => "No space left on device (os error 28)",
-            StorageFault::AppliedThenFailed => "Input/output error (os error 5)",
+            StorageFault::Refused => std::io::Error::from_raw_os_error(28),
+            StorageFault::AppliedThenFailed => std::io::Error::from_raw_os_error(5),
         }
     }
 }
@@ -135,11 +136,7 @@ impl FaultyJournal {
     }
 
     fn error(&self, op: &'static str) -> Error {
-        Error::Storage {
-            op,
-            location: self.inner.location().to_string(),
-            detail: self.fault().detail().into(),
-        }
+        Error::storage(op, self.inner.location(), self.fault().io_error())
     }
 
     /// The number of this write, or `Err` with whether to apply it anyway.
