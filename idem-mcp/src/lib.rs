@@ -10,7 +10,7 @@
 //! let rt = Runtime::open("./journal")?;
 //! // Free-function tools; `.with_methods(Arc::new(shop))?` adds a type's.
 //! let tools = Toolbox::functions();
-//! McpServer::new(rt, tools).serve_stdio().await?;
+//! McpServer::new(rt, tools)?.serve_stdio().await?;
 //! # Ok(())
 //! # }
 //! ```
@@ -23,7 +23,8 @@
 //!   `readOnlyHint`; `provider`, `journal`, `at_most_once` →
 //!   `idempotentHint`, and `destructiveHint` unless the tool says
 //!   `destructive = false`. A method tool `Type::method` is listed as
-//!   `Type.method` (MCP names have no `::`).
+//!   `Type.method` (MCP names have no `::`); [`McpServer::new`] refuses a
+//!   set in which two tools would be listed under one name.
 //! - `tools/call`: the call runs through idem's engine, exactly as a direct
 //!   call: replayed when it was made before in the same run, retried or
 //!   escalated by its class's rules. The run comes from the request's

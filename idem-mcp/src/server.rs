@@ -46,7 +46,8 @@ impl std::fmt::Debug for McpServer {
 }
 
 /// A tool's name as MCP clients see it: MCP names are letters, digits,
-/// `_`, `-` and `.`, so a method tool's `Type::method` is `Type.method`.
+/// `_`, `-` and `.`, so a method tool's `Type::method` is `Type.method`
+/// (as [`ToolSchema::mcp_name`] says).
 pub fn mcp_name(name: &str) -> String {
     name.replace("::", ".")
 }
@@ -61,6 +62,12 @@ pub fn annotations(schema: &ToolSchema) -> ToolAnnotations {
         .destructive(!read_only && schema.destructive)
         .idempotent(schema.idempotent())
         .open_world(true)
+}
+
+/// Where a tool is defined: `module (file:line)`.
+fn defined_at(schema: &ToolSchema) -> String {
+    let d = schema.descriptor;
+    format!("{} ({}:{})", d.module_path, d.file, d.line)
 }
 
 fn listed(schema: &ToolSchema) -> Tool {
@@ -88,11 +95,31 @@ fn listed(schema: &ToolSchema) -> Tool {
 
 impl McpServer {
     /// Serves `tools` on the journal of `rt`.
-    pub fn new(rt: Runtime, tools: impl ToolSet + 'static) -> McpServer {
+    ///
+    /// Refuses a set in which two tools have the same MCP name (a free
+    /// tool named `Mailer.send` next to the method tool `Mailer::send`, or
+    /// a custom [`ToolSet`] listing one name twice) with
+    /// [`DispatchError::NameCollision`] naming both: a client could not
+    /// tell them apart, and every call would go to one of them.
+    pub fn new(rt: Runtime, tools: impl ToolSet + 'static) -> Result<McpServer, DispatchError> {
         let schemas = tools.schemas();
-        let names = schemas.iter().map(|s| (mcp_name(s.name), s.name)).collect();
+        let mut by_mcp: BTreeMap<String, &ToolSchema> = BTreeMap::new();
+        for schema in &schemas {
+            let name = mcp_name(schema.name);
+            if let Some(first) = by_mcp.get(&name) {
+                return Err(DispatchError::NameCollision {
+                    mcp_name: name,
+                    first: first.name.to_string(),
+                    first_at: defined_at(first),
+                    second: schema.name.to_string(),
+                    second_at: defined_at(schema),
+                });
+            }
+            by_mcp.insert(name, schema);
+        }
+        let names = by_mcp.into_iter().map(|(m, s)| (m, s.name)).collect();
         let listed = schemas.iter().map(listed).collect();
-        McpServer {
+        Ok(McpServer {
             inner: Arc::new(Inner {
                 rt,
                 tools: Arc::new(tools),
@@ -102,7 +129,7 @@ impl McpServer {
                 info: Implementation::new("idem", env!("CARGO_PKG_VERSION")),
                 instructions: None,
             }),
-        }
+        })
     }
 
     /// This server's settings, copied first if a clone shares them (the

@@ -8,7 +8,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use idem::{tool, Classify, Ctx, Failure, Runtime, Toolbox};
+use idem::{
+    tool, BoxFuture, Classify, Ctx, DispatchError, Failure, Runtime, ToolSchema, ToolSet, Toolbox,
+};
 use idem_mcp::rmcp::model::{CallToolRequestParams, CallToolResult, RequestMetaObject};
 use idem_mcp::rmcp::service::RunningService;
 use idem_mcp::rmcp::{RoleClient, ServiceExt};
@@ -70,7 +72,7 @@ impl Bank {
 
 fn server(rt: &Runtime, bank: &Arc<Bank>) -> McpServer {
     let tools = Toolbox::new().with_methods(bank.clone()).unwrap();
-    McpServer::new(rt.clone(), tools)
+    McpServer::new(rt.clone(), tools).unwrap()
 }
 
 /// A client connected to `server` over an in-process pipe.
@@ -297,4 +299,69 @@ async fn streamable_http_serves_the_same_tools() {
     client.cancel().await.unwrap();
     shutdown.cancel();
     serving.await.unwrap().unwrap();
+}
+
+/// A free tool whose MCP name is that of the method tool `Bank::charge`.
+#[tool(class = "read_only", name = "Bank.charge")]
+async fn bank_dot_charge(_ctx: &Ctx, order_id: u64) -> Result<u64, BankError> {
+    Ok(order_id)
+}
+
+/// Two toolboxes as one set (a custom `ToolSet`, which may list anything).
+struct Both(Toolbox, Toolbox);
+
+impl ToolSet for Both {
+    fn schemas(&self) -> Vec<ToolSchema> {
+        let mut all = self.0.schemas();
+        all.extend(self.1.schemas());
+        all
+    }
+
+    fn dispatch<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        name: &'a str,
+        args: Value,
+    ) -> BoxFuture<'a, Result<Value, DispatchError>> {
+        if self.0.names().any(|n| n == name) {
+            self.0.dispatch(ctx, name, args)
+        } else {
+            self.1.dispatch(ctx, name, args)
+        }
+    }
+}
+
+#[tokio::test]
+async fn two_tools_with_one_mcp_name_are_refused_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    let methods = Toolbox::new()
+        .with_methods(Arc::new(Bank::default()))
+        .unwrap();
+    let free = Toolbox::new().with_function("Bank.charge").unwrap();
+    for s in methods.schemas().iter().chain(&free.schemas()) {
+        assert_eq!(idem_mcp::mcp_name(s.name), s.mcp_name());
+    }
+    let e = McpServer::new(rt.clone(), Both(free.clone(), methods.clone())).unwrap_err();
+    let DispatchError::NameCollision {
+        mcp_name,
+        first,
+        second,
+        ..
+    } = &e
+    else {
+        panic!("expected NameCollision, got {e:?}");
+    };
+    assert_eq!(
+        (mcp_name.as_str(), first.as_str(), second.as_str()),
+        ("Bank.charge", "Bank.charge", "Bank::charge")
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("`Bank.charge` (rmcp_client (idem-mcp/tests/rmcp_client.rs:")
+            && text.contains("and `Bank::charge` (rmcp_client (idem-mcp/tests/rmcp_client.rs:"),
+        "{text}"
+    );
+    // Without the free tool, the same methods are served.
+    assert_eq!(McpServer::new(rt, methods).unwrap().tools().len(), 3);
 }
