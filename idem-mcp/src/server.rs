@@ -13,7 +13,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Map, Value};
 
-use crate::identity::{self, CallInfo, IdentityError, Resolver, RunIdentity};
+use crate::identity::{self, CallInfo, Decision, IdentityError, Resolver};
 use crate::Error;
 
 /// Serves a set of tools over MCP: `tools/list` from their schemas and
@@ -138,14 +138,43 @@ impl McpServer {
         Arc::make_mut(&mut self.inner)
     }
 
-    /// Derives the run identity of calls whose `_meta` has none (from the
-    /// tool, its arguments, the HTTP request's headers, ...). Returning
-    /// `None` refuses the call, as without a resolver.
-    pub fn with_resolver(
+    /// Decides the run identity of every call: the resolver sees the
+    /// tool, its arguments, the identity the client asked for in `_meta`
+    /// ([`CallInfo::requested`]) and, over HTTP, the request's head, and
+    /// accepts the requested identity, replaces it or refuses the call
+    /// ([`Decision`]). With a resolver, `_meta` alone never names the run:
+    /// `_meta` is the client's word, and no boundary between the parties a
+    /// server serves.
+    ///
+    /// A resolver may return a [`Decision`], or an `Option<RunIdentity>`
+    /// as resolvers did when they were asked only about calls without
+    /// `_meta`: `Some` replaces, `None` refuses (also a call whose `_meta`
+    /// names a run: return `call.requested.cloned()` to take it).
+    ///
+    /// ```no_run
+    /// # use idem_mcp as mcp;
+    /// use mcp::{Decision, McpServer, RunIdentity};
+    /// # fn demo(server: McpServer) -> McpServer {
+    /// // One journal, several tenants: the tenant comes from a header set
+    /// // by the authenticating proxy in front, never from the client; the
+    /// // client's run id is kept apart per tenant.
+    /// server.with_resolver(|call| {
+    ///     let tenant = call.http.and_then(|h| h.headers.get("x-tenant")?.to_str().ok());
+    ///     let (Some(tenant), Some(asked)) = (tenant, call.requested) else {
+    ///         return Decision::Refuse("no tenant or no run id".into());
+    ///     };
+    ///     let mut id = RunIdentity::new(tenant).scope(&asked.run);
+    ///     id.scope.extend(asked.scope.iter().cloned());
+    ///     Decision::Replace(id)
+    /// })
+    /// # }
+    /// ```
+    pub fn with_resolver<D: Into<Decision>>(
         mut self,
-        resolver: impl Fn(&CallInfo<'_>) -> Option<RunIdentity> + Send + Sync + 'static,
+        resolver: impl Fn(&CallInfo<'_>) -> D + Send + Sync + 'static,
     ) -> McpServer {
-        self.inner_mut().resolver = Some(Arc::new(resolver));
+        let resolver: Arc<Resolver> = Arc::new(move |call: &CallInfo<'_>| resolver(call).into());
+        self.inner_mut().resolver = Some(resolver);
         self
     }
 
@@ -216,15 +245,16 @@ impl McpServer {
                 meta.entry(k.clone()).or_insert_with(|| v.clone());
             }
         }
-        let identity = {
+        let identity = identity::requested(tool, &meta).and_then(|requested| {
             let info = CallInfo {
                 tool,
                 arguments: &arguments,
                 meta: &meta,
+                requested: requested.as_ref(),
                 http: context.extensions.get::<http::request::Parts>(),
             };
-            identity::resolve(&info, inner.resolver.as_deref())
-        };
+            identity::decide(&info, inner.resolver.as_deref())
+        });
         let identity = match identity {
             Ok(id) => id,
             Err(e) => return Ok(identity_refusal(&e)),
@@ -270,7 +300,7 @@ fn identity_refusal(e: &IdentityError) -> CallToolResult {
     let structured = json!({
         "error": e.kind(),
         "message": e.to_string(),
-        "advice": "Send the run identity in the request's _meta: {\"idem/run\": \"<workflow id>\"}, optionally with \"idem/scope\"; nothing was run.",
+        "advice": e.advice(),
         "retryable": false,
     });
     let mut result = CallToolResult::structured_error(structured);

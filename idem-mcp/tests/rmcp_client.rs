@@ -14,7 +14,7 @@ use idem::{
 use idem_mcp::rmcp::model::{CallToolRequestParams, CallToolResult, RequestMetaObject};
 use idem_mcp::rmcp::service::RunningService;
 use idem_mcp::rmcp::{RoleClient, ServiceExt};
-use idem_mcp::{McpServer, RunIdentity};
+use idem_mcp::{Decision, McpServer, RunIdentity};
 use serde_json::{json, Value};
 
 #[derive(Debug)]
@@ -270,6 +270,91 @@ async fn a_resolver_gives_the_run_when_meta_does_not() {
         .unwrap();
     assert_eq!(structured(&none)["error"], "no_run_identity");
     client.cancel().await.unwrap();
+}
+
+/// One journal, two tenants, each on its own connection (a server per
+/// connection, as with stdio); each server's resolver knows its tenant and
+/// keeps the runs its clients name apart. The client of tenant-b names
+/// tenant-a's runs in `_meta`, as the client of tenant-a would see them
+/// in its results: it neither reads tenant-a's charge nor pre-empts its
+/// next one.
+#[tokio::test]
+async fn with_a_resolver_meta_cannot_reach_another_tenants_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    let bank = Arc::new(Bank::default());
+    let consulted = Arc::new(AtomicUsize::new(0));
+    let tenant = |name: &'static str| {
+        let consulted = consulted.clone();
+        server(&rt, &bank).with_resolver(move |call| {
+            consulted.fetch_add(1, Ordering::SeqCst);
+            let asked = call.requested?;
+            Some(RunIdentity::new(name).scope(asked.run.clone()))
+        })
+    };
+    let a = connect(tenant("tenant-a")).await;
+    let b = connect(tenant("tenant-b")).await;
+    let charge = |order: u64, cents: u64, run: &str| {
+        call(
+            "Bank.charge",
+            json!({ "order_id": order, "cents": cents }),
+            Some(json!({ "idem/run": run })),
+        )
+    };
+
+    let paid = a.call_tool(charge(1, 1999, "order-1")).await.unwrap();
+    assert_eq!(paid.is_error, Some(false), "{paid:?}");
+    let key = structured(&paid)["key"].clone();
+
+    // The same call, the same run id, from tenant-b: its own operation.
+    let probe = b.call_tool(charge(1, 1999, "order-1")).await.unwrap();
+    assert_ne!(
+        structured(&probe)["key"],
+        key,
+        "tenant-b read tenant-a's charge"
+    );
+    assert_eq!(bank.charges.load(Ordering::SeqCst), 2);
+
+    // tenant-b goes first on order 2, for 1 cent; tenant-a's own call for
+    // 1999 cents is still its own.
+    let first = b.call_tool(charge(2, 1, "order-2")).await.unwrap();
+    assert_eq!(structured(&first)["cents"], 1);
+    let own = a.call_tool(charge(2, 1999, "order-2")).await.unwrap();
+    assert_eq!(own.is_error, Some(false), "{own:?}");
+    assert_eq!(structured(&own)["cents"], 1999, "tenant-a got {own:?}");
+    assert_eq!(bank.charges.load(Ordering::SeqCst), 4);
+    // Every call was decided by the resolver.
+    assert_eq!(consulted.load(Ordering::SeqCst), 4);
+
+    // A resolver that says no: an error result with its reason, nothing run.
+    let strict = connect(
+        server(&rt, &bank).with_resolver(|call| match call.requested {
+            Some(id) if id.run.starts_with("order-") => Decision::Accept,
+            _ => Decision::Refuse("runs here are order-<number>".into()),
+        }),
+    )
+    .await;
+    let refused = strict
+        .call_tool(charge(3, 5, "tenant-a:order-3"))
+        .await
+        .unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    let s = structured(&refused);
+    assert_eq!(s["error"], "run_identity_refused");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("runs here are order-<number>"),
+        "{s}"
+    );
+    assert_eq!(s["retryable"], false);
+    let accepted = strict.call_tool(charge(3, 5, "order-3")).await.unwrap();
+    assert_eq!(accepted.is_error, Some(false), "{accepted:?}");
+    assert_eq!(bank.charges.load(Ordering::SeqCst), 5);
+    for client in [a, b, strict] {
+        client.cancel().await.unwrap();
+    }
 }
 
 #[tokio::test]
