@@ -70,12 +70,14 @@
 mod http;
 mod identity;
 mod server;
+mod stdio;
 
 pub use http::PATH;
 pub use identity::{
     CallInfo, Decision, IdentityError, Resolver, RunIdentity, META_RUN, META_SCOPE,
 };
 pub use server::{annotations, mcp_name, McpServer};
+pub use stdio::MAX_MESSAGE_BYTES;
 
 /// The parts of rmcp this crate's API uses, for code that needs to name
 /// them (a custom HTTP config, a tool listing).

@@ -5,15 +5,16 @@ use std::sync::Arc;
 
 use idem_runtime::{Class, DispatchError, Runtime, ToolSchema, ToolSet};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
+    CustomResult, ErrorCode, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Map, Value};
 
 use crate::identity::{self, CallInfo, Decision, IdentityError, Resolver};
+use crate::stdio::{Guarded, MAX_MESSAGE_BYTES, OVERSIZED_METHOD};
 use crate::Error;
 
 /// Serves a set of tools over MCP: `tools/list` from their schemas and
@@ -204,12 +205,28 @@ impl McpServer {
 
     /// Serves one client over a byte stream (a socket, a pipe, one end of
     /// `tokio::io::duplex`) until it closes.
+    ///
+    /// One JSON-RPC message per line, each at most [`MAX_MESSAGE_BYTES`]
+    /// (its line end included). A longer request is not read: it is
+    /// answered with the reason (a `tools/call` with an `isError` result,
+    /// `too_large`; another method with JSON-RPC's `-32600`), and the
+    /// connection goes on.
     pub async fn serve<R, W>(self, io: (R, W)) -> Result<(), Error>
     where
         R: tokio::io::AsyncRead + Send + Unpin + 'static,
         W: tokio::io::AsyncWrite + Send + Unpin + 'static,
     {
-        let running = ServiceExt::serve(self, io)
+        let (read, write) = io;
+        // rmcp's reader drops a line over its limit without an answer;
+        // ours hands it only lines within the limit (and a stand-in for
+        // each longer one), so rmcp's limit, kept as a backstop, is never
+        // the one that acts.
+        let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(
+            Guarded::new(read, MAX_MESSAGE_BYTES),
+            write,
+        )
+        .with_max_line_length(MAX_MESSAGE_BYTES + 2);
+        let running = ServiceExt::serve(self, transport)
             .await
             .map_err(|e| Error::Handshake(e.to_string()))?;
         running
@@ -296,6 +313,109 @@ fn failure(e: &DispatchError) -> CallToolResult {
     result
 }
 
+/// A refusal before any tool ran, as an `isError` result.
+fn refusal(structured: Value) -> CallToolResult {
+    let text = structured["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut result = CallToolResult::structured_error(structured);
+    result.content = vec![ContentBlock::text(text)];
+    result
+}
+
+/// What a JSON value is, for a message: `an array`, `a string`, ...
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A `tools/call` whose params rmcp could not read (it passes those on as
+/// a custom request, answered by default with "method not found"): why,
+/// as an `isError` result.
+fn malformed_call(params: Option<&Value>) -> CallToolResult {
+    let tool = params
+        .and_then(|p| p.get("name"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let why = match params {
+        None => {
+            "a tools/call needs params: {\"name\": \"<tool>\", \"arguments\": {...}}".to_string()
+        }
+        Some(Value::Object(p)) => match (p.get("name"), p.get("arguments")) {
+            (_, Some(a)) if !a.is_object() && !a.is_null() => format!(
+                "`arguments` must be a JSON object of the tool's parameters, not {}",
+                kind_of(a)
+            ),
+            (Some(Value::String(_)), _) => {
+                match serde_json::from_value::<CallToolRequestParams>(Value::Object(p.clone())) {
+                    Err(e) => format!("the params do not fit a tools/call: {e}"),
+                    Ok(_) => "the params do not fit a tools/call".to_string(),
+                }
+            }
+            (name, _) => format!(
+                "`name` must be the tool's name, a string, not {}",
+                name.map_or("missing", kind_of)
+            ),
+        },
+        Some(other) => format!("the params must be an object, not {}", kind_of(other)),
+    };
+    let message = match &tool {
+        Some(t) => format!("invalid call of `{t}`: {why}; nothing was run"),
+        None => format!("invalid tools/call: {why}; nothing was run"),
+    };
+    let mut structured = json!({
+        "error": "invalid_arguments",
+        "message": message,
+        "advice": "Send `arguments` as a JSON object with one entry per parameter, as the tool's input schema says; nothing was run.",
+        "retryable": false,
+    });
+    if let Some(t) = tool {
+        structured["tool"] = t.into();
+    }
+    refusal(structured)
+}
+
+/// The answer to a request too large to read (the stand-in
+/// [`Guarded`] made for it).
+fn too_large(params: Option<&Value>) -> Result<CustomResult, ErrorData> {
+    let field = |k: &str| {
+        params
+            .and_then(|p| p.get(k))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let (method, bytes, limit) = (field("method"), field("bytes"), field("limit"));
+    let message = format!(
+        "the request is {bytes} bytes, more than the {limit} bytes this server reads in one \
+         message: it was not read, and nothing was run"
+    );
+    if method == "tools/call" {
+        let result = refusal(json!({
+            "error": "too_large",
+            "message": message,
+            "advice": "Send smaller arguments (large content by reference: a URL, a path or an id the tool can fetch); nothing was run.",
+            "retryable": false,
+            "bytes": bytes,
+            "limit": limit,
+        }));
+        let value = serde_json::to_value(result)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        return Ok(CustomResult(value));
+    }
+    Err(ErrorData::new(
+        ErrorCode::INVALID_REQUEST,
+        message,
+        Some(json!({ "error": "too_large", "method": method, "bytes": bytes, "limit": limit })),
+    ))
+}
+
 fn identity_refusal(e: &IdentityError) -> CallToolResult {
     let structured = json!({
         "error": e.kind(),
@@ -340,5 +460,29 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         self.call(request, context).await.map(Into::into)
+    }
+
+    /// Requests rmcp does not know: a `tools/call` whose params it could
+    /// not read, and the stand-in for a request too large to read; both
+    /// are answered with why. Anything else is "method not found".
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        match request.method.as_str() {
+            "tools/call" => {
+                let result = malformed_call(request.params.as_ref());
+                serde_json::to_value(result)
+                    .map(CustomResult)
+                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))
+            }
+            OVERSIZED_METHOD => too_large(request.params.as_ref()),
+            other => Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("method not found: {other}"),
+                None,
+            )),
+        }
     }
 }
