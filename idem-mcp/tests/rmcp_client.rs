@@ -357,6 +357,33 @@ async fn with_a_resolver_meta_cannot_reach_another_tenants_run() {
     }
 }
 
+/// A malformed `_meta` is refused as such, and the resolver is not asked
+/// to decide on what it cannot see.
+#[tokio::test]
+async fn a_malformed_meta_is_refused_before_the_resolver_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    let bank = Arc::new(Bank::default());
+    let consulted = Arc::new(AtomicUsize::new(0));
+    let counter = consulted.clone();
+    let client = connect(server(&rt, &bank).with_resolver(move |_call| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Decision::Replace(RunIdentity::new("fixed"))
+    }))
+    .await;
+    let args = json!({ "order_id": 1, "cents": 1 });
+    for meta in [json!({ "idem/run": 7 }), json!({ "idem/scope": "s" })] {
+        let r = client
+            .call_tool(call("Bank.charge", args.clone(), Some(meta)))
+            .await
+            .unwrap();
+        assert_eq!(structured(&r)["error"], "bad_run_identity", "{r:?}");
+    }
+    assert_eq!(consulted.load(Ordering::SeqCst), 0);
+    assert_eq!(bank.charges.load(Ordering::SeqCst), 0);
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test]
 async fn streamable_http_serves_the_same_tools() {
     use idem_mcp::rmcp::transport::StreamableHttpClientTransport;
