@@ -42,7 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let rt = Runtime::open(&journal)?;
     let tools = Toolbox::new().with_methods(Arc::new(shop))?;
-    let server = McpServer::new(rt, tools)
+    let server = McpServer::new(rt, tools)?
         .with_server_info("idem-demo-shop", env!("CARGO_PKG_VERSION"))
         .with_instructions(
             "Order tools made safe to retry by idem. Send {\"idem/run\": \"<order id>\"} in each \

@@ -164,7 +164,7 @@
 //! ```text
 //! let rt = Runtime::open("./journal")?;
 //! let tools = Toolbox::new().with_methods(Arc::new(shop))?;   // a #[tool] impl block's tools
-//! idem::mcp::McpServer::new(rt, tools).serve_stdio().await?;
+//! idem::mcp::McpServer::new(rt, tools)?.serve_stdio().await?;
 //! ```
 //!
 //! rmcp, the Rust MCP SDK, has a `#[tool]` attribute too, for its own tool

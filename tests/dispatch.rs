@@ -289,6 +289,69 @@ async fn method_tools_are_called_on_the_toolboxs_instance() {
     assert_eq!(e.kind(), "unknown_tool");
 }
 
+/// A free tool whose name reads like `Shop::open` to an MCP client.
+#[tool(class = "read_only", name = "Shop.open")]
+async fn shop_dot_open(_ctx: &Ctx, title: String) -> Result<usize, ApiError> {
+    Ok(title.len())
+}
+
+#[tokio::test]
+async fn two_tools_with_one_mcp_name_are_refused_naming_both() {
+    let shop = || {
+        Arc::new(Shop {
+            opened: AtomicUsize::new(0),
+        })
+    };
+    // Either order: the one already there is `first`.
+    let e = Toolbox::new()
+        .with_methods(shop())
+        .unwrap()
+        .with_function("Shop.open")
+        .unwrap_err();
+    let DispatchError::NameCollision {
+        mcp_name,
+        first,
+        second,
+        ..
+    } = &e
+    else {
+        panic!("expected NameCollision, got {e:?}");
+    };
+    assert_eq!(
+        (mcp_name.as_str(), first.as_str(), second.as_str()),
+        ("Shop.open", "Shop::open", "Shop.open")
+    );
+    assert_eq!(e.kind(), "name_collision");
+    let text = e.to_string();
+    assert!(
+        text.contains("`Shop::open` (dispatch (tests/dispatch.rs:")
+            && text.contains("and `Shop.open` (dispatch (tests/dispatch.rs:"),
+        "{text}"
+    );
+    let e = Toolbox::new()
+        .with_function("Shop.open")
+        .unwrap()
+        .with_methods(shop())
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("`Shop.open` (dispatch (tests/dispatch.rs:"),
+        "{e}"
+    );
+    assert_eq!(e.to_json()["tools"], json!(["Shop.open", "Shop::open"]));
+    // The same tool again is no collision.
+    let tools = Toolbox::new()
+        .with_function("charge")
+        .unwrap()
+        .with_function("charge")
+        .unwrap()
+        .with_methods(shop())
+        .unwrap()
+        .with_methods(shop())
+        .unwrap();
+    assert_eq!(tools.names().count(), 3);
+}
+
 /// With the feature `schemars`, a parameter type that derives
 /// `JsonSchema` (and has no `ArgSchema`) is described by it, inlined.
 #[cfg(feature = "schemars")]

@@ -391,7 +391,8 @@ async fn read_stream(
             Err(e @ idem_runtime::Error::Storage { .. }) if follow && read_once => {
                 if !outage {
                     eprintln!(
-                        "idem: cannot read the stream ({e}); trying again every {} ms",
+                        "idem: cannot read the stream ({}); trying again every {} ms",
+                        crate::render::escape(&e.to_string()),
                         crate::pg::FOLLOW_RETRY.as_millis()
                     );
                     outage = true;

@@ -71,7 +71,7 @@ pub fn main() -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("idem: cannot start: {e}");
+            eprintln!("idem: cannot start: {}", render::escape(&e.to_string()));
             return ExitCode::from(exit::UNREACHABLE);
         }
     };
@@ -81,10 +81,7 @@ pub fn main() -> ExitCode {
             if json {
                 eprintln!("{}", e.to_json());
             } else {
-                eprintln!("idem: error: {}", e.message);
-                if let Some(hint) = &e.hint {
-                    eprintln!("idem: hint: {hint}");
-                }
+                eprint!("{}", render::error(&e));
             }
             ExitCode::from(e.code)
         }

@@ -1,12 +1,91 @@
 //! Human-readable output: tables and evidence, the way an operator reads
 //! them to decide.
+//!
+//! Everything printed here that did not come from this program (tool
+//! names, run ids and scopes an MCP client chose, arguments, providers'
+//! error texts, verify's answers, operators' notes, the admin API's error
+//! messages) goes through [`escape`] first, so that no control character
+//! reaches the terminal: a newline cannot start a forged `verify said`
+//! line, and an escape sequence cannot recolour, move the cursor or
+//! rewrite what is shown. `--json` output is JSON, escaped by its encoder.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use idem_runtime::admin::{OperationView, PruneView, Resolved, StatsView, ToolInfo};
 use idem_runtime::{AuditEvent, Escalation, EventKind};
 
 use crate::backend::ToolName;
+
+/// Text that came from outside this program, made safe to print on a
+/// terminal: every control character (C0 such as `\n`, `\r`, ESC and BEL,
+/// DEL, and the C1 range U+0080..U+009F that some terminals read as CSI),
+/// the bidirectional formatting characters (U+061C, U+200E, U+200F,
+/// U+202A..U+202E, U+2066..U+2069: they reorder what is displayed) and the
+/// line and paragraph separators U+2028, U+2029 are written as escapes:
+/// `\n`, `\r`, `\t`, else `\u{..}` with the code point in hex. All other
+/// text, backslashes included, is kept as is, so ordinary text reads as it
+/// was written (an escape in the output shows that the text held that
+/// character, or a backslash followed by the same letters).
+pub fn escape(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if needs_escape(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Whether [`escape`] rewrites `c`.
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{2028}'
+                | '\u{2029}'
+        )
+}
+
+/// A JSON value as one escaped line (serde_json escapes C0 controls in
+/// strings, not DEL, C1 or bidi controls).
+fn json(value: &serde_json::Value) -> String {
+    escape(&value.to_string()).into_owned()
+}
+
+/// The width of the widest of `names` once escaped, at least `min`.
+fn width<'a>(names: impl Iterator<Item = &'a str>, min: usize) -> usize {
+    names
+        .map(|n| escape(n).chars().count())
+        .max()
+        .unwrap_or(min)
+        .max(min)
+}
+
+/// A failed command as the binary prints it on stderr: `idem: error: ...`
+/// and, when there is one, `idem: hint: ...`, both escaped (the message
+/// may quote the admin API, a database or a provider).
+pub fn error(e: &crate::CliError) -> String {
+    let mut out = format!("idem: error: {}\n", escape(&e.message));
+    if let Some(hint) = &e.hint {
+        let _ = writeln!(out, "idem: hint: {}", escape(hint));
+    }
+    out
+}
 
 /// `2024-05-01 12:00:00.123Z` for a time in ms since the epoch (UTC).
 pub fn time(ms: u64) -> String {
@@ -77,7 +156,7 @@ pub fn tools(tools: &[ToolInfo]) -> String {
         out.push_str("no tools in the running program\n");
         return out;
     }
-    let width = tools.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+    let width = width(tools.iter().map(|t| t.name.as_str()), 4);
     let _ = writeln!(
         out,
         "{:<width$}  {:<12}  {:<24}  {:<8}  {:<7}  verify",
@@ -87,16 +166,16 @@ pub fn tools(tools: &[ToolInfo]) -> String {
         let _ = writeln!(
             out,
             "{:<width$}  {:<12}  {:<24}  {:<8}  {:<7}  {}",
-            t.name,
+            escape(&t.name),
             t.class.as_str(),
             if t.key_fields.is_empty() {
                 "-".to_string()
             } else {
-                t.key_fields.join(", ")
+                escape(&t.key_fields.join(", ")).into_owned()
             },
             t.retry.max_attempts,
             t.timeout_ms.map_or("-".into(), duration),
-            t.verify.as_deref().unwrap_or("-"),
+            escape(t.verify.as_deref().unwrap_or("-")),
         );
     }
     let examples: Vec<&ToolInfo> = tools
@@ -107,7 +186,7 @@ pub fn tools(tools: &[ToolInfo]) -> String {
         out.push_str("\nlatest committed result per tool (the shape a --landed result takes):\n");
         for t in examples {
             if let Some(e) = &t.example_result {
-                let _ = writeln!(out, "  {:<width$}  {}", t.name, e.result);
+                let _ = writeln!(out, "  {:<width$}  {}", escape(&t.name), json(&e.result));
             }
         }
     }
@@ -117,11 +196,14 @@ pub fn tools(tools: &[ToolInfo]) -> String {
 /// `idem tools`, with the journal opened by this process: `why` says why
 /// only names are known (see [`Backend::no_registry`](crate::Backend::no_registry)).
 pub fn tool_names(names: &[ToolName], why: &str) -> String {
-    let mut out = format!("{why};\nthese are the tools the journal's audit stream names\n\n");
-    let width = names.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+    let mut out = format!(
+        "{};\nthese are the tools the journal's audit stream names\n\n",
+        escape(why)
+    );
+    let width = width(names.iter().map(|t| t.name.as_str()), 4);
     let _ = writeln!(out, "{:<width$}  CALLS", "TOOL");
     for t in names {
-        let _ = writeln!(out, "{:<width$}  {}", t.name, t.calls);
+        let _ = writeln!(out, "{:<width$}  {}", escape(&t.name), t.calls);
     }
     out
 }
@@ -151,28 +233,23 @@ pub fn escalations(list: &[Escalation], now_ms: u64) -> String {
 /// One escalation's evidence.
 pub fn escalation(e: &Escalation, now_ms: u64) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{}", e.key);
-    let _ = writeln!(out, "  tool         {} ({})", e.tool, e.class);
-    let scope = if e.scope.is_empty() {
-        String::new()
-    } else {
-        format!(", scope {}", e.scope.join("/"))
-    };
-    let _ = writeln!(out, "  run          {}{scope}", e.root_run);
+    let _ = writeln!(out, "{}", escape(e.key.as_str()));
+    let _ = writeln!(out, "  tool         {} ({})", escape(&e.tool), e.class);
+    let _ = writeln!(out, "  run          {}", run(&e.root_run, &e.scope));
     out.push_str(&arguments(&e.args));
     let _ = writeln!(out, "  attempts     {}", e.attempts);
     let _ = writeln!(
         out,
         "  last error   {}",
-        e.last_error.as_deref().unwrap_or("-")
+        escape(e.last_error.as_deref().unwrap_or("-"))
     );
     let _ = writeln!(
         out,
         "  verify said  {}",
-        e.verify_answer.as_deref().unwrap_or(match e.class {
+        escape(e.verify_answer.as_deref().unwrap_or(match e.class {
             idem_runtime::Class::AtMostOnce => "- (at_most_once: nothing can look it up)",
             _ => "- (not asked)",
-        })
+        }))
     );
     let _ = writeln!(out, "  first try    {}", time(e.first_attempt_ms));
     let _ = writeln!(
@@ -181,7 +258,17 @@ pub fn escalation(e: &Escalation, now_ms: u64) -> String {
         time(e.escalated_ms),
         ago(e.escalated_ms, now_ms)
     );
-    let _ = writeln!(out, "  reason       {}", e.reason);
+    let _ = writeln!(out, "  reason       {}", escape(&e.reason));
+    out
+}
+
+/// `order-4711, scope a/b`: a run and its scope path, escaped.
+fn run(root_run: &str, scope: &[String]) -> String {
+    let mut out = escape(root_run).into_owned();
+    if !scope.is_empty() {
+        let path: Vec<Cow<'_, str>> = scope.iter().map(|s| escape(s)).collect();
+        let _ = write!(out, ", scope {}", path.join("/"));
+    }
     out
 }
 
@@ -189,14 +276,15 @@ fn arguments(args: &serde_json::Value) -> String {
     let mut out = String::new();
     match args.as_object() {
         Some(map) if !map.is_empty() => {
-            let width = map.keys().map(String::len).max().unwrap_or(0);
+            let width = width(map.keys().map(String::as_str), 0);
             for (i, (name, value)) in map.iter().enumerate() {
                 let label = if i == 0 { "arguments" } else { "" };
-                let _ = writeln!(out, "  {label:<11}  {name:<width$} = {value}");
+                let name = escape(name);
+                let _ = writeln!(out, "  {label:<11}  {name:<width$} = {}", json(value));
             }
         }
         _ => {
-            let _ = writeln!(out, "  arguments    {args}");
+            let _ = writeln!(out, "  arguments    {}", json(args));
         }
     }
     out
@@ -206,23 +294,19 @@ fn arguments(args: &serde_json::Value) -> String {
 pub fn operation(view: &OperationView) -> String {
     let op = &view.operation;
     let mut out = String::new();
-    let _ = writeln!(out, "{}", op.key);
-    let _ = writeln!(out, "  tool         {} ({})", op.tool, op.class);
-    let _ = writeln!(out, "  state        {}", op.state);
-    let scope = if op.scope.is_empty() {
-        String::new()
-    } else {
-        format!(", scope {}", op.scope.join("/"))
-    };
-    let _ = writeln!(out, "  run          {}{scope}", op.root_run);
+    let _ = writeln!(out, "{}", escape(op.key.as_str()));
+    let _ = writeln!(out, "  tool         {} ({})", escape(&op.tool), op.class);
+    let _ = writeln!(out, "  state        {}", escape(&op.state));
+    let _ = writeln!(out, "  run          {}", run(&op.root_run, &op.scope));
     out.push_str(&arguments(&op.args));
     let _ = writeln!(out, "  generation   {}", op.generation);
     let _ = writeln!(out, "  attempts     {}", op.attempts);
     if let Some(result) = &op.result {
         let _ = writeln!(
             out,
-            "  result       {result} (via {})",
-            op.committed_via.as_deref().unwrap_or("?")
+            "  result       {} (via {})",
+            json(result),
+            escape(op.committed_via.as_deref().unwrap_or("?"))
         );
     }
     for (label, value) in [
@@ -233,21 +317,21 @@ pub fn operation(view: &OperationView) -> String {
         ("claimed by", &op.claimed_by),
     ] {
         if let Some(v) = value {
-            let _ = writeln!(out, "  {label:<11}  {v}");
+            let _ = writeln!(out, "  {label:<11}  {}", escape(v));
         }
     }
     if let Some(r) = &op.resolution {
         let _ = writeln!(
             out,
             "  resolution   {} at {}{}: {}",
-            r.kind,
+            escape(&r.kind),
             time(r.at_ms),
             if r.amendments > 0 {
                 format!(" (amended {} time(s))", r.amendments)
             } else {
                 String::new()
             },
-            r.note
+            escape(&r.note)
         );
     }
     let _ = writeln!(out, "  first try    {}", time(op.first_attempt_ms));
@@ -274,7 +358,7 @@ pub fn audit_line(e: &AuditEvent) -> String {
         "{:>8}  {:<24}  {:<14}  {:<8}  {}{}\n",
         e.seq,
         time(e.at_ms),
-        e.tool,
+        escape(&e.tool),
         if e.agent == "operator" {
             "operator"
         } else {
@@ -283,13 +367,18 @@ pub fn audit_line(e: &AuditEvent) -> String {
         event(&e.kind),
         e.key
             .as_deref()
-            .map(|k| format!("  [{}]", abbreviate(k)))
+            .map(|k| format!("  [{}]", escape(&abbreviate(k))))
             .unwrap_or_default()
     )
 }
 
-/// What an event says, in a few words.
+/// What an event says, in a few words (escaped: errors, reasons and notes
+/// are outside text).
 pub fn event(kind: &EventKind) -> String {
+    escape(&event_text(kind)).into_owned()
+}
+
+fn event_text(kind: &EventKind) -> String {
     match kind {
         EventKind::Intent { generation, .. } => format!("intent (generation {generation})"),
         EventKind::Attempt { attempt } => format!("attempt {attempt}"),
@@ -344,14 +433,7 @@ fn abbreviate(key: &str) -> String {
 /// `idem stats`.
 pub fn stats(view: &StatsView) -> String {
     let mut out = String::new();
-    let width = view
-        .stats
-        .tools
-        .keys()
-        .map(String::len)
-        .max()
-        .unwrap_or(4)
-        .max(4);
+    let width = width(view.stats.tools.keys().map(String::as_str), 4);
     let _ = writeln!(
         out,
         "{:<width$}  {:>6} {:>8} {:>7} {:>7} {:>8} {:>8} {:>6} {:>7} {:>9}",
@@ -370,7 +452,7 @@ pub fn stats(view: &StatsView) -> String {
         let _ = writeln!(
             out,
             "{:<width$}  {:>6} {:>8} {:>7} {:>7} {:>8} {:>8} {:>6} {:>7} {:>9}",
-            tool,
+            escape(tool),
             s.calls,
             s.attempts,
             s.retries,
@@ -391,13 +473,15 @@ pub fn migrated(done: &crate::pg::Migrated) -> String {
     if done.created {
         format!(
             "created the idem journal's tables at {} (schema version {})\n",
-            done.location, done.schema_version
+            escape(&done.location),
+            done.schema_version
         )
     } else {
         format!(
             "the idem journal at {} has schema version {}, the one this build reads: nothing \
              to do\n",
-            done.location, done.schema_version
+            escape(&done.location),
+            done.schema_version
         )
     }
 }
@@ -424,7 +508,7 @@ pub fn prune(view: &PruneView) -> String {
 /// `idem resolve`.
 pub fn resolved(r: &Resolved) -> String {
     let op = &r.operation;
-    let mut out = format!("resolved {} as {}", r.key, r.resolution);
+    let mut out = format!("resolved {} as {}", escape(&r.key), escape(&r.resolution));
     if let Some(res) = &op.resolution {
         if res.amendments > 0 {
             let _ = write!(out, " (amending an earlier resolution)");
@@ -434,7 +518,7 @@ pub fn resolved(r: &Resolved) -> String {
     let _ = writeln!(
         out,
         "  the operation is now {}; {}",
-        op.state,
+        escape(&op.state),
         match r.resolution.as_str() {
             "landed" => "later calls replay the given result",
             "reissue" => "the next call runs it again, with the same key",
@@ -455,6 +539,180 @@ mod tests {
         assert_eq!(time(951_782_400_000), "2000-02-29 00:00:00.000Z");
         assert_eq!(time(1_717_243_200_123), "2024-06-01 12:00:00.123Z");
         assert_eq!(time(4_102_444_799_999), "2099-12-31 23:59:59.999Z");
+    }
+
+    /// Every kind of character a terminal acts on: an SGR sequence, a
+    /// carriage return, newlines that start a forged evidence line, BEL,
+    /// RIGHT-TO-LEFT OVERRIDE, the C1 CSI (U+009B) and NEL (U+0085), DEL,
+    /// a line separator.
+    const HOSTILE: &str = "ok\u{1b}[31m red\r\n  verify said  landed: forged\n\u{7}\u{202e}evil\u{9b}2J\u{85}\u{7f}\u{2028}end";
+    const FORGED: &str = "verify said  landed: forged";
+
+    /// No character a terminal acts on except the line ends the rendering
+    /// itself writes, no forged line, and the hostile text still visible.
+    fn assert_safe(what: &str, out: &str) {
+        for (i, c) in out.chars().enumerate() {
+            assert!(
+                c == '\n' || !needs_escape(c),
+                "{what}: raw {c:?} at char {i} in:\n{}",
+                out.escape_debug()
+            );
+        }
+        for line in out.lines() {
+            assert!(
+                !line.trim_start().starts_with(FORGED),
+                "{what}: a forged line {line:?} in:\n{out}"
+            );
+        }
+        assert!(
+            out.contains("\\u{1b}[31m") && out.contains("\\r\\n  verify said"),
+            "{what}: the hostile text is not shown escaped:\n{out}"
+        );
+    }
+
+    fn key() -> String {
+        format!("t-{}-g0", "ab".repeat(32))
+    }
+
+    fn operation_json() -> serde_json::Value {
+        serde_json::json!({
+            "key": key(),
+            "tool": HOSTILE,
+            "class": "journal",
+            "root_run": HOSTILE,
+            "scope": [HOSTILE, "b"],
+            "state": HOSTILE,
+            "generation": 0,
+            "attempts": 1,
+            "maybe_landed": true,
+            "args": { HOSTILE: HOSTILE, "n": 1 },
+            "result": { "id": HOSTILE },
+            "committed_via": HOSTILE,
+            "error": HOSTILE,
+            "last_error": HOSTILE,
+            "verify_answer": HOSTILE,
+            "escalation_reason": HOSTILE,
+            "resolution": { "kind": HOSTILE, "note": HOSTILE, "at_ms": 1, "amendments": 0 },
+            "first_attempt_ms": 1,
+            "updated_ms": 2,
+            "claimed_by": HOSTILE,
+        })
+    }
+
+    fn event(kind: serde_json::Value) -> AuditEvent {
+        serde_json::from_value(serde_json::json!({
+            "seq": 1, "at_ms": 1, "tool": HOSTILE, "key": HOSTILE,
+            "root_run": HOSTILE, "agent": HOSTILE, "kind": kind,
+        }))
+        .unwrap()
+    }
+
+    /// Every event kind that carries text.
+    fn hostile_events() -> Vec<AuditEvent> {
+        let h = HOSTILE;
+        [
+            serde_json::json!({"retry": {"attempt": 1, "delay_ms": 1, "failure": h, "error": h}}),
+            serde_json::json!({"committed": {"attempt": 1, "via": h}}),
+            serde_json::json!({"rejected": {"error": h}}),
+            serde_json::json!({"failed": {"error": h}}),
+            serde_json::json!({"recovered": {"state": h, "attempts": 1}}),
+            serde_json::json!({"verified": {"verdict": h}}),
+            serde_json::json!({"escalated": {"reason": h}}),
+            serde_json::json!({"amended": {"previous": h, "resolution": h, "note": h}}),
+            serde_json::json!({"fenced": {"attempt": 1, "outcome": h}}),
+            serde_json::json!({"resolved": {"resolution": h, "note": h}}),
+            serde_json::json!({"refused": {"reason": h}}),
+        ]
+        .into_iter()
+        .map(event)
+        .collect()
+    }
+
+    #[test]
+    fn escape_writes_every_terminal_control_as_text() {
+        assert_eq!(
+            escape("plain text, C:\\dir \u{e9}\u{4e2d}"),
+            "plain text, C:\\dir \u{e9}\u{4e2d}"
+        );
+        assert!(matches!(escape("plain"), Cow::Borrowed(_)));
+        assert_eq!(
+            escape("a\u{1b}[31mb\rc\nd\te\u{7}f\u{202e}g\u{9b}h\u{0}i\u{7f}j\u{2066}k\u{85}"),
+            "a\\u{1b}[31mb\\rc\\nd\\te\\u{7}f\\u{202e}g\\u{9b}h\\u{0}i\\u{7f}j\\u{2066}k\\u{85}"
+        );
+    }
+
+    #[test]
+    fn hostile_text_is_escaped_in_every_human_rendering() {
+        let escalation: Escalation = serde_json::from_value(serde_json::json!({
+            "key": key(), "tool": HOSTILE, "class": "journal", "root_run": HOSTILE,
+            "scope": [HOSTILE], "reason": HOSTILE, "args": { HOSTILE: [HOSTILE] },
+            "attempts": 1, "last_error": HOSTILE, "verify_answer": HOSTILE,
+            "first_attempt_ms": 1, "escalated_ms": 2,
+        }))
+        .unwrap();
+        assert_safe(
+            "escalations",
+            &escalations(std::slice::from_ref(&escalation), 3),
+        );
+        let mut no_args = escalation;
+        no_args.args = serde_json::json!(HOSTILE);
+        assert_safe("escalation", &self::escalation(&no_args, 3));
+
+        let view: OperationView = serde_json::from_value(serde_json::json!({
+            "operation": operation_json(),
+            "history": [],
+        }))
+        .unwrap();
+        let mut view = view;
+        view.history = hostile_events();
+        assert_safe("show", &operation(&view));
+
+        for e in hostile_events() {
+            assert_safe(&format!("audit {:?}", e.kind), &audit_line(&e));
+        }
+
+        let tool: ToolInfo = serde_json::from_value(serde_json::json!({
+            "name": HOSTILE, "class": "provider", "key_fields": [HOSTILE],
+            "verify": HOSTILE, "dedupe_window_ms": 1, "timeout_ms": null,
+            "retry": { "max_attempts": 1, "initial_ms": 1, "backoff": 2.0,
+                       "max_interval_ms": 1, "max_elapsed_ms": null, "jitter": false },
+            "on_drift": "replay", "redact": [], "checks_landed": true,
+            "defined_at": HOSTILE,
+            "example_result": { "key": HOSTILE, "result": { "id": HOSTILE } },
+        }))
+        .unwrap();
+        assert_safe("tools", &tools(&[tool]));
+        let names = [ToolName {
+            name: HOSTILE.into(),
+            calls: 1,
+        }];
+        assert_safe("tools (names)", &tool_names(&names, HOSTILE));
+
+        let mut stats = idem_runtime::Stats::default();
+        stats.tools.insert(HOSTILE.into(), Default::default());
+        let stats = StatsView {
+            stats,
+            journal_bytes: 1,
+        };
+        assert_safe("stats", &self::stats(&stats));
+
+        let resolved: Resolved = serde_json::from_value(serde_json::json!({
+            "key": HOSTILE, "resolution": HOSTILE, "operation": operation_json(),
+        }))
+        .unwrap();
+        assert_safe("resolve", &self::resolved(&resolved));
+
+        let done = crate::pg::Migrated {
+            location: HOSTILE.into(),
+            schema_version: 1,
+            created: true,
+        };
+        assert_safe("migrate", &migrated(&done));
+
+        let e = crate::CliError::new(1, "unknown_key", HOSTILE).hint(HOSTILE);
+        let printed = error(&e);
+        assert_safe("error", &printed);
+        assert_eq!(printed.lines().count(), 2, "{printed}");
     }
 
     #[test]

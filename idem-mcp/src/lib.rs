@@ -10,7 +10,7 @@
 //! let rt = Runtime::open("./journal")?;
 //! // Free-function tools; `.with_methods(Arc::new(shop))?` adds a type's.
 //! let tools = Toolbox::functions();
-//! McpServer::new(rt, tools).serve_stdio().await?;
+//! McpServer::new(rt, tools)?.serve_stdio().await?;
 //! # Ok(())
 //! # }
 //! ```
@@ -23,14 +23,18 @@
 //!   `readOnlyHint`; `provider`, `journal`, `at_most_once` →
 //!   `idempotentHint`, and `destructiveHint` unless the tool says
 //!   `destructive = false`. A method tool `Type::method` is listed as
-//!   `Type.method` (MCP names have no `::`).
+//!   `Type.method` (MCP names have no `::`); [`McpServer::new`] refuses a
+//!   set in which two tools would be listed under one name.
 //! - `tools/call`: the call runs through idem's engine, exactly as a direct
 //!   call: replayed when it was made before in the same run, retried or
 //!   escalated by its class's rules. The run comes from the request's
 //!   `_meta` — `{"idem/run": "order-4711"}`, optionally
-//!   `"idem/scope": "second-reminder"` (or an array, for a nested scope) —
-//!   else from a resolver ([`McpServer::with_resolver`]); a call with
-//!   neither is refused with an error result that says how to send one.
+//!   `"idem/scope": "second-reminder"` (or an array, for a nested scope);
+//!   a call without one is refused with an error result that says how to
+//!   send one. `_meta` is the client's word and no tenant boundary: a
+//!   server with a resolver ([`McpServer::with_resolver`]) lets it decide
+//!   every call, accepting, replacing or refusing the identity `_meta`
+//!   asked for (see [`Decision`]).
 //! - A tool's result is the call's structured content (an object as is,
 //!   any other value as `{"result": value}`) and its text. Every failure is
 //!   an `isError` result whose structured content says what happened and
@@ -66,10 +70,14 @@
 mod http;
 mod identity;
 mod server;
+mod stdio;
 
 pub use http::PATH;
-pub use identity::{CallInfo, IdentityError, Resolver, RunIdentity, META_RUN, META_SCOPE};
+pub use identity::{
+    CallInfo, Decision, IdentityError, Resolver, RunIdentity, META_RUN, META_SCOPE,
+};
 pub use server::{annotations, mcp_name, McpServer};
+pub use stdio::MAX_MESSAGE_BYTES;
 
 /// The parts of rmcp this crate's API uses, for code that needs to name
 /// them (a custom HTTP config, a tool listing).

@@ -8,11 +8,13 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use idem::{tool, Classify, Ctx, Failure, Runtime, Toolbox};
+use idem::{
+    tool, BoxFuture, Classify, Ctx, DispatchError, Failure, Runtime, ToolSchema, ToolSet, Toolbox,
+};
 use idem_mcp::rmcp::model::{CallToolRequestParams, CallToolResult, RequestMetaObject};
 use idem_mcp::rmcp::service::RunningService;
 use idem_mcp::rmcp::{RoleClient, ServiceExt};
-use idem_mcp::{McpServer, RunIdentity};
+use idem_mcp::{Decision, McpServer, RunIdentity};
 use serde_json::{json, Value};
 
 #[derive(Debug)]
@@ -70,7 +72,7 @@ impl Bank {
 
 fn server(rt: &Runtime, bank: &Arc<Bank>) -> McpServer {
     let tools = Toolbox::new().with_methods(bank.clone()).unwrap();
-    McpServer::new(rt.clone(), tools)
+    McpServer::new(rt.clone(), tools).unwrap()
 }
 
 /// A client connected to `server` over an in-process pipe.
@@ -270,6 +272,118 @@ async fn a_resolver_gives_the_run_when_meta_does_not() {
     client.cancel().await.unwrap();
 }
 
+/// One journal, two tenants, each on its own connection (a server per
+/// connection, as with stdio); each server's resolver knows its tenant and
+/// keeps the runs its clients name apart. The client of tenant-b names
+/// tenant-a's runs in `_meta`, as the client of tenant-a would see them
+/// in its results: it neither reads tenant-a's charge nor pre-empts its
+/// next one.
+#[tokio::test]
+async fn with_a_resolver_meta_cannot_reach_another_tenants_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    let bank = Arc::new(Bank::default());
+    let consulted = Arc::new(AtomicUsize::new(0));
+    let tenant = |name: &'static str| {
+        let consulted = consulted.clone();
+        server(&rt, &bank).with_resolver(move |call| {
+            consulted.fetch_add(1, Ordering::SeqCst);
+            let asked = call.requested?;
+            Some(RunIdentity::new(name).scope(asked.run.clone()))
+        })
+    };
+    let a = connect(tenant("tenant-a")).await;
+    let b = connect(tenant("tenant-b")).await;
+    let charge = |order: u64, cents: u64, run: &str| {
+        call(
+            "Bank.charge",
+            json!({ "order_id": order, "cents": cents }),
+            Some(json!({ "idem/run": run })),
+        )
+    };
+
+    let paid = a.call_tool(charge(1, 1999, "order-1")).await.unwrap();
+    assert_eq!(paid.is_error, Some(false), "{paid:?}");
+    let key = structured(&paid)["key"].clone();
+
+    // The same call, the same run id, from tenant-b: its own operation.
+    let probe = b.call_tool(charge(1, 1999, "order-1")).await.unwrap();
+    assert_ne!(
+        structured(&probe)["key"],
+        key,
+        "tenant-b read tenant-a's charge"
+    );
+    assert_eq!(bank.charges.load(Ordering::SeqCst), 2);
+
+    // tenant-b goes first on order 2, for 1 cent; tenant-a's own call for
+    // 1999 cents is still its own.
+    let first = b.call_tool(charge(2, 1, "order-2")).await.unwrap();
+    assert_eq!(structured(&first)["cents"], 1);
+    let own = a.call_tool(charge(2, 1999, "order-2")).await.unwrap();
+    assert_eq!(own.is_error, Some(false), "{own:?}");
+    assert_eq!(structured(&own)["cents"], 1999, "tenant-a got {own:?}");
+    assert_eq!(bank.charges.load(Ordering::SeqCst), 4);
+    // Every call was decided by the resolver.
+    assert_eq!(consulted.load(Ordering::SeqCst), 4);
+
+    // A resolver that says no: an error result with its reason, nothing run.
+    let strict = connect(
+        server(&rt, &bank).with_resolver(|call| match call.requested {
+            Some(id) if id.run.starts_with("order-") => Decision::Accept,
+            _ => Decision::Refuse("runs here are order-<number>".into()),
+        }),
+    )
+    .await;
+    let refused = strict
+        .call_tool(charge(3, 5, "tenant-a:order-3"))
+        .await
+        .unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    let s = structured(&refused);
+    assert_eq!(s["error"], "run_identity_refused");
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("runs here are order-<number>"),
+        "{s}"
+    );
+    assert_eq!(s["retryable"], false);
+    let accepted = strict.call_tool(charge(3, 5, "order-3")).await.unwrap();
+    assert_eq!(accepted.is_error, Some(false), "{accepted:?}");
+    assert_eq!(bank.charges.load(Ordering::SeqCst), 5);
+    for client in [a, b, strict] {
+        client.cancel().await.unwrap();
+    }
+}
+
+/// A malformed `_meta` is refused as such, and the resolver is not asked
+/// to decide on what it cannot see.
+#[tokio::test]
+async fn a_malformed_meta_is_refused_before_the_resolver_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    let bank = Arc::new(Bank::default());
+    let consulted = Arc::new(AtomicUsize::new(0));
+    let counter = consulted.clone();
+    let client = connect(server(&rt, &bank).with_resolver(move |_call| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Decision::Replace(RunIdentity::new("fixed"))
+    }))
+    .await;
+    let args = json!({ "order_id": 1, "cents": 1 });
+    for meta in [json!({ "idem/run": 7 }), json!({ "idem/scope": "s" })] {
+        let r = client
+            .call_tool(call("Bank.charge", args.clone(), Some(meta)))
+            .await
+            .unwrap();
+        assert_eq!(structured(&r)["error"], "bad_run_identity", "{r:?}");
+    }
+    assert_eq!(consulted.load(Ordering::SeqCst), 0);
+    assert_eq!(bank.charges.load(Ordering::SeqCst), 0);
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test]
 async fn streamable_http_serves_the_same_tools() {
     use idem_mcp::rmcp::transport::StreamableHttpClientTransport;
@@ -297,4 +411,69 @@ async fn streamable_http_serves_the_same_tools() {
     client.cancel().await.unwrap();
     shutdown.cancel();
     serving.await.unwrap().unwrap();
+}
+
+/// A free tool whose MCP name is that of the method tool `Bank::charge`.
+#[tool(class = "read_only", name = "Bank.charge")]
+async fn bank_dot_charge(_ctx: &Ctx, order_id: u64) -> Result<u64, BankError> {
+    Ok(order_id)
+}
+
+/// Two toolboxes as one set (a custom `ToolSet`, which may list anything).
+struct Both(Toolbox, Toolbox);
+
+impl ToolSet for Both {
+    fn schemas(&self) -> Vec<ToolSchema> {
+        let mut all = self.0.schemas();
+        all.extend(self.1.schemas());
+        all
+    }
+
+    fn dispatch<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        name: &'a str,
+        args: Value,
+    ) -> BoxFuture<'a, Result<Value, DispatchError>> {
+        if self.0.names().any(|n| n == name) {
+            self.0.dispatch(ctx, name, args)
+        } else {
+            self.1.dispatch(ctx, name, args)
+        }
+    }
+}
+
+#[tokio::test]
+async fn two_tools_with_one_mcp_name_are_refused_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    let methods = Toolbox::new()
+        .with_methods(Arc::new(Bank::default()))
+        .unwrap();
+    let free = Toolbox::new().with_function("Bank.charge").unwrap();
+    for s in methods.schemas().iter().chain(&free.schemas()) {
+        assert_eq!(idem_mcp::mcp_name(s.name), s.mcp_name());
+    }
+    let e = McpServer::new(rt.clone(), Both(free.clone(), methods.clone())).unwrap_err();
+    let DispatchError::NameCollision {
+        mcp_name,
+        first,
+        second,
+        ..
+    } = &e
+    else {
+        panic!("expected NameCollision, got {e:?}");
+    };
+    assert_eq!(
+        (mcp_name.as_str(), first.as_str(), second.as_str()),
+        ("Bank.charge", "Bank.charge", "Bank::charge")
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("`Bank.charge` (rmcp_client (idem-mcp/tests/rmcp_client.rs:")
+            && text.contains("and `Bank::charge` (rmcp_client (idem-mcp/tests/rmcp_client.rs:"),
+        "{text}"
+    );
+    // Without the free tool, the same methods are served.
+    assert_eq!(McpServer::new(rt, methods).unwrap().tools().len(), 3);
 }

@@ -114,6 +114,27 @@ pub enum DispatchError {
         /// serde_json's message.
         detail: String,
     },
+    /// Two tools would have the same MCP name (a method tool `Type::method`
+    /// is `Type.method` in MCP, so a tool named `Type.method` next to it
+    /// could not be told apart): refused when a [`Toolbox`](crate::Toolbox)
+    /// or an MCP server is put together, before anything is served.
+    #[error(
+        "two tools would both be listed as `{mcp_name}`: `{first}` ({first_at}) and `{second}` \
+         ({second_at}); an MCP client could not tell them apart and every call would go to one \
+         of them. Rename one (#[tool(name = \"...\")]) or leave one out"
+    )]
+    NameCollision {
+        /// The shared MCP name.
+        mcp_name: String,
+        /// The tool already there (its idem name).
+        first: String,
+        /// Where it is defined: `module (file:line)`.
+        first_at: String,
+        /// The tool that collides with it.
+        second: String,
+        /// Where that one is defined.
+        second_at: String,
+    },
 }
 
 fn list(names: &[String]) -> String {
@@ -127,7 +148,7 @@ fn list(names: &[String]) -> String {
 impl DispatchError {
     /// A stable label: `unknown_tool`, `invalid_arguments`, `unavailable`,
     /// `tool_error`, `escalated`, `in_flight`, `args_mismatch`,
-    /// `abandoned`, `journal`, `result`.
+    /// `abandoned`, `journal`, `result`, `name_collision`.
     pub fn kind(&self) -> &'static str {
         match self {
             DispatchError::UnknownTool { .. } => "unknown_tool",
@@ -140,6 +161,7 @@ impl DispatchError {
             DispatchError::Abandoned { .. } => "abandoned",
             DispatchError::Journal { .. } => "journal",
             DispatchError::Result { .. } => "result",
+            DispatchError::NameCollision { .. } => "name_collision",
         }
     }
 
@@ -192,6 +214,10 @@ impl DispatchError {
                 "The tool ran and succeeded; do not call it again. Its result could not be \
                  shown."
             }
+            DispatchError::NameCollision { .. } => {
+                "Two tools share a name as the caller sees it; give one another name. Nothing \
+                 was run."
+            }
         }
     }
 
@@ -208,7 +234,7 @@ impl DispatchError {
     /// The tool concerned, when there is one.
     pub fn tool(&self) -> Option<&str> {
         match self {
-            DispatchError::UnknownTool { .. } => None,
+            DispatchError::UnknownTool { .. } | DispatchError::NameCollision { .. } => None,
             DispatchError::InvalidArguments { tool, .. }
             | DispatchError::Unavailable { tool, .. }
             | DispatchError::Tool { tool, .. }
@@ -260,6 +286,15 @@ impl DispatchError {
             }
             DispatchError::UnknownTool { known, .. } => {
                 obj.insert("tools".into(), known.clone().into());
+            }
+            DispatchError::NameCollision {
+                mcp_name,
+                first,
+                second,
+                ..
+            } => {
+                obj.insert("mcp_name".into(), mcp_name.as_str().into());
+                obj.insert("tools".into(), json!([first, second]));
             }
             _ => {}
         }

@@ -59,6 +59,14 @@ impl ToolSchema {
         true
     }
 
+    /// The name MCP clients see: MCP names are letters, digits, `_`, `-`
+    /// and `.`, so a method tool's `Type::method` is `Type.method`. Two
+    /// tools of one [`Toolbox`] never share it (see
+    /// [`DispatchError::NameCollision`]).
+    pub fn mcp_name(&self) -> String {
+        mcp_name(self.name)
+    }
+
     /// The schema as JSON: `name`, `description`, `input_schema`, `class`,
     /// `destructive`.
     pub fn to_json(&self) -> Value {
@@ -176,6 +184,16 @@ fn schema_of(d: &Dispatcher, t: &'static ToolDescriptor) -> ToolSchema {
     }
 }
 
+/// `Type::method` as MCP names it: `Type.method`.
+fn mcp_name(name: &str) -> String {
+    name.replace("::", ".")
+}
+
+/// Where a tool is defined: `module (file:line)`.
+fn defined_at(t: &ToolDescriptor) -> String {
+    format!("{} ({}:{})", t.module_path, t.file, t.line)
+}
+
 /// A doc comment as written (`/// text` is `" text"`) made plain.
 fn description(doc: &str) -> String {
     let lines: Vec<&str> = doc
@@ -247,6 +265,13 @@ fn call<'a>(
 
 /// A set of tools to list and call by name: free functions, and the
 /// `#[tool]` methods of instances you hand it.
+///
+/// Two tools whose names differ but read the same to an MCP client
+/// (`Mailer::send` is `Mailer.send` there, see [`ToolSchema::mcp_name`])
+/// are refused by [`Toolbox::with_function`] and [`Toolbox::with_methods`]
+/// with [`DispatchError::NameCollision`], naming both: calls would all go
+/// to one of them. ([`Toolbox::functions`] cannot fail; an MCP server
+/// refuses a set that holds such a pair when it is made.)
 ///
 /// ```
 /// use std::sync::Arc;
@@ -333,7 +358,7 @@ impl Toolbox {
     pub fn with_function(mut self, name: &str) -> Result<Toolbox, DispatchError> {
         match registry().by_name.get(name) {
             Some((d, t)) if is_free(d) => {
-                self.entries.insert(d.name, Entry::new(d, t, None));
+                self.insert(d.name, Entry::new(d, t, None))?;
                 Ok(self)
             }
             _ => Err(not_free(name)),
@@ -352,8 +377,7 @@ impl Toolbox {
         for (name, (d, t)) in &registry().by_name {
             if let Call::Method { self_type, .. } = d.call {
                 if self_type() == TypeId::of::<T>() {
-                    self.entries
-                        .insert(name, Entry::new(d, t, Some(any.clone())));
+                    self.insert(name, Entry::new(d, t, Some(any.clone())))?;
                     found += 1;
                 }
             }
@@ -367,6 +391,27 @@ impl Toolbox {
             });
         }
         Ok(self)
+    }
+
+    /// Adds `entry` as `name`, unless another tool has its MCP name.
+    /// (The same tool again replaces itself, as before.)
+    fn insert(&mut self, name: &'static str, entry: Entry) -> Result<(), DispatchError> {
+        let wanted = mcp_name(name);
+        let clash = self
+            .entries
+            .iter()
+            .find(|(other, _)| **other != name && mcp_name(other) == wanted);
+        if let Some((other, there)) = clash {
+            return Err(DispatchError::NameCollision {
+                mcp_name: wanted,
+                first: other.to_string(),
+                first_at: defined_at(there.descriptor),
+                second: name.to_string(),
+                second_at: defined_at(entry.descriptor),
+            });
+        }
+        self.entries.insert(name, entry);
+        Ok(())
     }
 
     /// Leaves tool `name` out (to keep a tool from a model, say).
