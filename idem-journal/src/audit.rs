@@ -1,0 +1,302 @@
+//! Audit events: what the engine records of every decision ([`AuditEvent`],
+//! [`EventKind`]), how an event is stored ([`encode`], [`decode`]) and the
+//! per-tool statistics derived from the stream ([`Stats`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::class::OnDrift;
+use crate::error::Error;
+use crate::key::IdemKey;
+use crate::record::{self, Kind};
+
+/// One audit event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEvent {
+    /// Position in the stream; increasing, possibly with gaps.
+    pub seq: u64,
+    /// When it happened (ms since the epoch, runtime clock).
+    pub at_ms: u64,
+    /// The tool (or `step:<name>` for memoized steps).
+    pub tool: String,
+    /// The provider-facing key, for journaled operations.
+    pub key: Option<String>,
+    /// The root run the operation belongs to.
+    pub root_run: String,
+    /// The agent path that made the call (root, then `child` names).
+    pub agent: String,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// What an [`AuditEvent`] records.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A new operation (or a new generation of one) was journaled.
+    Intent {
+        /// The key generation.
+        generation: u32,
+        /// Hex SHA-256 of the non-redacted arguments.
+        fingerprint: String,
+    },
+    /// An attempt is about to call the provider; its INTENT is durable.
+    Attempt {
+        /// 1-based attempt number within the generation.
+        attempt: u32,
+    },
+    /// An attempt failed and another will follow after `delay_ms`.
+    Retry {
+        /// The attempt that failed.
+        attempt: u32,
+        /// How long the engine waits.
+        delay_ms: u64,
+        /// `not_sent` or `ambiguous`.
+        failure: String,
+        /// The error, as text.
+        error: String,
+    },
+    /// The operation's result is committed.
+    Committed {
+        /// The attempt that produced it (0: learned by verify or operator).
+        attempt: u32,
+        /// `call`, `verify` or `operator`.
+        via: String,
+    },
+    /// The provider refused the operation; the next call starts a new
+    /// generation.
+    Rejected {
+        /// The error, as text.
+        error: String,
+    },
+    /// Every attempt provably failed to land and the budget is spent.
+    Failed {
+        /// The last error, as text.
+        error: String,
+    },
+    /// A committed result was replayed; the provider was not called.
+    DedupeHit,
+    /// The provider reported that it replayed a response for our key.
+    ProviderReplay {
+        /// The attempt that saw it.
+        attempt: u32,
+    },
+    /// An operation left unfinished by a dead process or a dropped call was
+    /// picked up.
+    Recovered {
+        /// The state it was found in.
+        state: String,
+        /// Attempts it had made.
+        attempts: u32,
+    },
+    /// `verify` was asked whether an unknown outcome landed.
+    Verified {
+        /// `landed`, `not_landed`, `unknown` or `error: ...`.
+        verdict: String,
+    },
+    /// Same key, different arguments.
+    ArgsDrift {
+        /// What the tool does about it.
+        policy: OnDrift,
+    },
+    /// Parked for a human.
+    Escalated {
+        /// Why.
+        reason: String,
+    },
+    /// An operator changed an earlier resolution of this operation.
+    Amended {
+        /// The resolution it replaced: `landed`, `reissue` or `abandon`.
+        previous: String,
+        /// The new one.
+        resolution: String,
+        /// The operator's note.
+        note: String,
+    },
+    /// A write of a call that lost its claim (another worker took the
+    /// operation over, e.g. after this one was paused past its lease) was
+    /// refused; the call re-decided from the fresh record.
+    Fenced {
+        /// The attempt the stale call was in.
+        attempt: u32,
+        /// What the stale call had learned: `landed`, `failed` or `none`.
+        outcome: String,
+    },
+    /// A call waits before asking `verify` about an attempt nobody drives
+    /// any more, so that a request the provider may still be applying has
+    /// settled.
+    Settling {
+        /// How long it waits.
+        wait_ms: u64,
+    },
+    /// An operator settled an escalation.
+    Resolved {
+        /// `landed`, `reissue` or `abandon`.
+        resolution: String,
+        /// The operator's note.
+        note: String,
+    },
+    /// A call was answered without running: escalated, abandoned, in flight
+    /// elsewhere or refused for drift.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+    /// A memoized step ran and its result was stored.
+    StepRecorded,
+    /// A memoized step's stored result was returned without running it.
+    StepReplayed,
+}
+
+impl AuditEvent {
+    /// The event as one line of JSON (no trailing newline).
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+/// Per-tool counts derived from the audit stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolStats {
+    /// Calls made: new operations, replays, recoveries, refusals, and
+    /// read-only calls of this process.
+    pub calls: u64,
+    /// Attempts that called the provider.
+    pub attempts: u64,
+    /// Retries after a failed attempt.
+    pub retries: u64,
+    /// Calls answered from the journal without calling the provider.
+    pub dedupe_hits: u64,
+    /// Responses the provider reported as replays of our key.
+    pub provider_replays: u64,
+    /// Operations recovered after a crash or a dropped call.
+    pub recoveries: u64,
+    /// `verify` calls.
+    pub verifications: u64,
+    /// Committed results.
+    pub commits: u64,
+    /// Semantic refusals by the provider.
+    pub rejections: u64,
+    /// Escalations to a human.
+    pub escalations: u64,
+    /// Calls whose arguments drifted from the first call of their key.
+    pub drifts: u64,
+}
+
+/// Statistics for every tool seen in the audit stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Per tool name.
+    pub tools: BTreeMap<String, ToolStats>,
+}
+
+impl Stats {
+    /// Folds one event into the counts.
+    pub fn record(&mut self, event: &AuditEvent) {
+        let t = self.tools.entry(event.tool.clone()).or_default();
+        match &event.kind {
+            EventKind::Intent { .. } => t.calls += 1,
+            EventKind::Attempt { .. } => t.attempts += 1,
+            EventKind::Retry { .. } => t.retries += 1,
+            EventKind::Committed { .. } => t.commits += 1,
+            EventKind::Rejected { .. } => t.rejections += 1,
+            EventKind::DedupeHit => {
+                t.calls += 1;
+                t.dedupe_hits += 1;
+            }
+            EventKind::ProviderReplay { .. } => t.provider_replays += 1,
+            EventKind::Recovered { .. } => {
+                t.calls += 1;
+                t.recoveries += 1;
+            }
+            EventKind::Verified { .. } => t.verifications += 1,
+            EventKind::ArgsDrift { .. } => t.drifts += 1,
+            EventKind::Escalated { .. } => t.escalations += 1,
+            EventKind::Refused { .. } => t.calls += 1,
+            EventKind::StepRecorded => t.calls += 1,
+            EventKind::StepReplayed => {
+                t.calls += 1;
+                t.dedupe_hits += 1;
+            }
+            EventKind::Failed { .. }
+            | EventKind::Resolved { .. }
+            | EventKind::Amended { .. }
+            | EventKind::Fenced { .. }
+            | EventKind::Settling { .. } => {}
+        }
+    }
+}
+
+/// An event as the engine hands it over: borrowed, so that emitting one
+/// allocates nothing unless someone subscribes.
+#[derive(Debug, Clone)]
+pub struct Draft<'a> {
+    /// When it happened (ms since the epoch, runtime clock).
+    pub at_ms: u64,
+    /// The tool (or `step:<name>`).
+    pub tool: &'a str,
+    /// The operation's key, for journaled operations.
+    pub key: Option<&'a IdemKey>,
+    /// The root run.
+    pub root_run: &'a str,
+    /// The agent path that made the call.
+    pub agent: &'a str,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// The stored form of an event: the key as its digest and generation (its
+/// text is rebuilt from the tool name), the agent only when it differs from
+/// the root run. Encoded from borrowed fields, decoded into owned ones;
+/// bincode writes both the same way.
+#[derive(Serialize)]
+struct StoredRef<'a> {
+    at_ms: u64,
+    tool: &'a str,
+    key: Option<([u8; 32], u32)>,
+    root_run: &'a str,
+    agent: Option<&'a str>,
+    kind: &'a EventKind,
+}
+
+#[derive(Deserialize)]
+struct StoredOwned {
+    at_ms: u64,
+    tool: String,
+    key: Option<([u8; 32], u32)>,
+    root_run: String,
+    agent: Option<String>,
+    kind: EventKind,
+}
+
+/// The stored form of an event, for a journal write that carries it.
+pub fn encode(draft: &Draft<'_>) -> Result<Vec<u8>, Error> {
+    record::encode(
+        Kind::Event,
+        &StoredRef {
+            at_ms: draft.at_ms,
+            tool: draft.tool,
+            key: draft.key.map(|k| (*k.digest(), k.generation())),
+            root_run: draft.root_run,
+            agent: (draft.agent != draft.root_run).then_some(draft.agent),
+            kind: &draft.kind,
+        },
+    )
+}
+
+/// Decodes a stored event (`location` and `seq` name it in errors).
+pub fn decode(location: &str, seq: u64, bytes: &[u8]) -> Result<AuditEvent, Error> {
+    let stored: StoredOwned = record::decode(Kind::Event, bytes, location, &seq.to_be_bytes())?;
+    Ok(AuditEvent {
+        seq,
+        at_ms: stored.at_ms,
+        key: stored
+            .key
+            .map(|(digest, gen)| IdemKey::from_parts(&stored.tool, digest, gen).to_string()),
+        agent: stored.agent.unwrap_or_else(|| stored.root_run.clone()),
+        tool: stored.tool,
+        root_run: stored.root_run,
+        kind: stored.kind,
+    })
+}
