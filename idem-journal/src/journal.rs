@@ -92,7 +92,7 @@ impl std::fmt::Display for Owner {
 }
 
 /// The claim on a record, as loaded.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Claim {
     /// Who claimed it.
     pub owner: Owner,
@@ -137,7 +137,7 @@ pub enum ClaimChange<'a> {
 }
 
 /// How durable a write is when it returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Durability {
     /// Durable (fsynced, or committed to a database that fsyncs) before
     /// the write returns. Concurrent immediate writes share the barrier.

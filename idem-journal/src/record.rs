@@ -68,7 +68,7 @@ impl Kind {
 }
 
 /// Bytes stored as one bincode byte string (not a sequence of numbers).
-#[derive(Clone, PartialEq, Eq, Default)]
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
 pub struct Blob(pub Vec<u8>);
 
 impl std::fmt::Debug for Blob {
@@ -104,7 +104,7 @@ impl<'de> Deserialize<'de> for Blob {
 
 /// Where an operation stands. The engine's state machine moves between
 /// these; see `engine.rs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum State {
     /// An attempt may be in progress or may have reached the provider.
     Intent,
@@ -167,7 +167,7 @@ impl State {
 }
 
 /// How a committed result was learned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Via {
     /// Returned by an attempt.
     Call,
@@ -189,7 +189,7 @@ impl Via {
 }
 
 /// Why and when an operation was escalated.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct EscalationInfo {
     /// Why.
     pub reason: String,
@@ -198,7 +198,7 @@ pub struct EscalationInfo {
 }
 
 /// An operator's decision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ResolutionInfo {
     /// `landed`, `reissue` or `abandon`.
     pub kind: String,
@@ -211,7 +211,7 @@ pub struct ResolutionInfo {
 }
 
 /// One logical operation, keyed by its key digest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct OpRecord {
     /// The tool's name.
     pub tool: String,
@@ -256,7 +256,7 @@ pub struct OpRecord {
 }
 
 /// Where a memoized step stands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum StepState {
     /// Its future is being polled (or its driver died; then it runs again).
     Running,
@@ -268,7 +268,7 @@ pub enum StepState {
 }
 
 /// A memoized step.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StepRecord {
     /// The step's name.
     pub name: String,

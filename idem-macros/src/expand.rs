@@ -384,6 +384,7 @@ fn descriptor(
                 redact: &[#(#redact),*],
                 verify: #verify,
                 check_landed: #check_landed,
+                commit: #p::Durability::Immediate,
                 module_path: ::core::module_path!(),
                 file: #here,
             };

@@ -66,24 +66,7 @@ use idem_journal::views::{Escalation, Operation, PruneReport, Resolution};
 
 use crate::audit::{Subscription, SubscriptionError};
 use crate::class::{self, ToolDescriptor};
-use crate::runtime::{Runtime, RuntimeBuilder, Shared};
-
-impl RuntimeBuilder {
-    /// Serves the admin API on `addr` once the runtime is open (feature
-    /// `admin`; see [the module](crate::admin)). `open()` must then be
-    /// called inside a tokio runtime, which serves it; it fails with
-    /// [`Error::Usage`](crate::Error::Usage) otherwise, before touching the
-    /// journal.
-    pub fn admin(self, addr: impl Into<String>) -> RuntimeBuilder {
-        self.admin_with(AdminOptions::new(addr))
-    }
-
-    /// [`RuntimeBuilder::admin`] with options.
-    pub fn admin_with(mut self, options: AdminOptions) -> RuntimeBuilder {
-        self.admin = Some(options);
-        self
-    }
-}
+use crate::shared::{Runtime, Shared};
 
 impl Runtime {
     /// The admin API's base URL (`http://127.0.0.1:PORT`), if this runtime

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::retry::RetryPolicy;
 use idem_journal::class::{Class, OnDrift};
 use idem_journal::error::Error;
+use idem_journal::journal::Durability;
 
 /// Checks an operator's `Landed` result (JSON) against a tool's result type
 /// and encodes it as the journal stores results.
@@ -36,6 +37,10 @@ pub struct ToolDescriptor {
     /// and encodes it as the journal stores results; `None` for read-only
     /// tools (and hand-built descriptors that do not set it).
     pub check_landed: Option<LandedCheck>,
+    /// How durable the COMMITTED record of an attempt is when the caller
+    /// gets the result (`commit = "eventual"`: [`Durability::Eventual`],
+    /// for provider and journal tools).
+    pub commit: Durability,
     /// Where the tool is defined.
     pub module_path: &'static str,
     /// Source file of the definition.
@@ -62,6 +67,7 @@ impl ToolDescriptor {
             redact: &[],
             verify: None,
             check_landed: None,
+            commit: Durability::Immediate,
             module_path: "",
             file: "",
             line: 0,

@@ -2,16 +2,11 @@
 //! dedupe scope every key belongs to), the scope path, the agent path, and
 //! inside a call, the call's key and attempt.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
-use crate::error::ToolError;
 use crate::key::KeyPrefix;
-use crate::runtime::Shared;
+use crate::shared::{Runtime, Shared};
 use idem_journal::key::IdemKey;
 
 /// Domain tag of operation keys.
@@ -158,23 +153,9 @@ impl Ctx {
         }
     }
 
-    /// Runs `fut` once per run and scope: its `Ok` value is stored durably
-    /// under `name`, and every later call of the same step (after a retry or
-    /// a restart) returns the stored value without polling `fut`. Errors are
-    /// not stored. Use it for expensive or non-deterministic work between
-    /// tool calls, such as a model call, so a resumed agent takes the same
-    /// path. A step in flight when the process dies runs again.
-    pub async fn step<T, E, F>(&self, name: &str, fut: F) -> Result<T, ToolError<E>>
-    where
-        T: Serialize + DeserializeOwned,
-        F: Future<Output = Result<T, E>>,
-    {
-        crate::engine::step(self, name, fut).await
-    }
-
     /// The runtime this context belongs to.
-    pub fn runtime(&self) -> crate::Runtime {
-        crate::Runtime {
+    pub fn runtime(&self) -> Runtime {
+        Runtime {
             shared: self.scope.shared.clone(),
         }
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 /// The engine's retry rules are decided by this answer alone, so classify
 /// conservatively: when you cannot prove a request never reached the
 /// provider, it is [`Failure::Ambiguous`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Failure {
     /// The request provably never reached the provider (connection refused,
     /// DNS failure, a 429 the provider documents as "not processed").

@@ -3,398 +3,26 @@
 //! resolutions, retention, statistics).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+#[cfg(feature = "sled")]
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::audit::{AuditLog, Subscription};
-use crate::class::{self, ToolDescriptor};
+use crate::builder::RuntimeBuilder;
+use crate::class::{self};
 use crate::ctx::Ctx;
-use crate::journal::{
-    ClaimChange, Digest, Durability, Expect, Journal, Loaded, NewEvent, Owner, Space,
-    Write as JournalWrite, Written,
-};
-use crate::retry::Jitter;
-use idem_journal::audit::{self as stored, AuditEvent, Draft, EventKind, Stats};
-use idem_journal::clock::{Clock, SystemClock};
+use crate::journal::{ClaimChange, Digest, Durability, Expect, Journal, Loaded, Owner, Space};
+use crate::machine::resolve::{self, Decision};
+use crate::shared::Runtime;
+use crate::unit::{self, Unit, Wrote};
+use idem_journal::audit::{self as stored, AuditEvent, Draft, Stats};
 use idem_journal::error::Error;
 use idem_journal::key::IdemKey;
-use idem_journal::record::{self, Blob, Kind, OpRecord, ResolutionInfo, State, StepRecord, Via};
+use idem_journal::record::{self, Blob, Kind, OpRecord, State, StepRecord};
 use idem_journal::views::{
     escalation_of, operation_of, Escalation, Operation, PruneReport, Resolution,
 };
-
-/// The idem runtime: an open journal and everything that acts on it.
-///
-/// Cheap to clone; every clone and every [`Ctx`] made from it share one
-/// journal, which is released when the last of them is dropped.
-///
-/// A long-running server opens one at start and hands a [`Ctx`] per
-/// workflow to its tools:
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), idem_runtime::Error> {
-/// # let dir = tempfile::tempdir().unwrap();
-/// use idem_runtime::Runtime;
-///
-/// let rt = Runtime::open(dir.path())?;          // once, at start
-/// for order in ["order-1", "order-2"] {          // per request / workflow
-///     let ctx = rt.run(order);                   // durable workflow id
-///     // ... call #[tool]s with &ctx ...
-///     # let _ = ctx;
-/// }
-/// for e in rt.escalations().await? {             // the operator's side
-///     println!("{}: {}", e.key, e.reason);
-/// }
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone)]
-pub struct Runtime {
-    pub(crate) shared: Arc<Shared>,
-}
-
-impl std::fmt::Debug for Runtime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime")
-            .field("journal", &self.shared.journal.location())
-            .field("owner", &self.shared.owner)
-            .finish()
-    }
-}
-
-pub(crate) struct Shared {
-    pub(crate) journal: Arc<dyn Journal>,
-    /// The calls being driven in this process on this journal (shared by
-    /// every runtime built on it).
-    pub(crate) local: Arc<crate::leaders::Local>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) audit: AuditLog,
-    pub(crate) jitter: Jitter,
-    /// Who this runtime's claims belong to.
-    pub(crate) owner: Owner,
-    pub(crate) in_flight_wait: Duration,
-    pub(crate) retention: Duration,
-    /// Renews the leases of the claims this process drives, for journals
-    /// whose claims expire.
-    renewer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// Tools called through this runtime that are not registered by
-    /// `#[tool]` (hand-built descriptors), by name: what operators may need
-    /// to check a resolution against.
-    pub(crate) called: std::sync::Mutex<std::collections::HashMap<&'static str, Called>>,
-    /// Committed results seen by this runtime (a replay without a read).
-    pub(crate) replays: crate::replays::Replays,
-    /// The admin API server, while this runtime serves one.
-    #[cfg(feature = "admin")]
-    pub(crate) admin: std::sync::Mutex<Option<idem_admin::Running>>,
-}
-
-/// A tool seen making a call, with the result check its call carried.
-#[derive(Clone, Copy)]
-pub(crate) struct Called {
-    pub(crate) tool: &'static ToolDescriptor,
-    pub(crate) check_landed: Option<crate::class::LandedCheck>,
-}
-
-impl Shared {
-    /// Remembers a tool that made a call (one lookup per call; the common
-    /// case is a hit).
-    pub(crate) fn saw(
-        &self,
-        tool: &'static ToolDescriptor,
-        check_landed: Option<crate::class::LandedCheck>,
-    ) {
-        let mut called = self.called.lock().unwrap_or_else(|p| p.into_inner());
-        if !called.contains_key(tool.name) {
-            called.insert(tool.name, Called { tool, check_landed });
-        }
-    }
-
-    /// How to check a `Landed` result for the tool `name` of `class`: its
-    /// descriptor's check, else the one its calls in this process carried.
-    pub(crate) fn landed_check(
-        &self,
-        name: &str,
-        class: idem_journal::class::Class,
-    ) -> Option<crate::class::LandedCheck> {
-        class::tools()
-            .find(|t| t.name == name && t.class == class)
-            .and_then(|t| t.check_landed)
-            .or_else(|| {
-                let called = self.called.lock().unwrap_or_else(|p| p.into_inner());
-                called
-                    .get(name)
-                    .filter(|c| c.tool.class == class)
-                    .and_then(|c| c.check_landed.or(c.tool.check_landed))
-            })
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // First, while the journal is still held: stop serving and remove
-        // the address file, so it never names a process that is gone.
-        #[cfg(feature = "admin")]
-        drop(self.admin.get_mut().ok().and_then(Option::take));
-        if let Some(task) = self.renewer.get_mut().ok().and_then(Option::take) {
-            task.abort();
-        }
-    }
-}
-
-/// Options for [`Runtime`]; see [`Runtime::builder`].
-pub struct RuntimeBuilder {
-    path: Option<PathBuf>,
-    journal: Option<Arc<dyn Journal>>,
-    clock: Option<Arc<dyn Clock>>,
-    #[cfg(feature = "sled")]
-    sled: idem_sled::SledOptions,
-    in_flight_wait: Duration,
-    retention: Duration,
-    worker_id: Option<String>,
-    replay_cache: usize,
-    #[cfg(feature = "admin")]
-    pub(crate) admin: Option<crate::admin::AdminOptions>,
-    #[cfg(feature = "postgres")]
-    postgres: Option<String>,
-    #[cfg(feature = "postgres")]
-    postgres_options: crate::journal::PostgresOptions,
-}
-
-impl std::fmt::Debug for RuntimeBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RuntimeBuilder")
-            .field("path", &self.path)
-            .field("in_flight_wait", &self.in_flight_wait)
-            .field("retention", &self.retention)
-            .field("worker_id", &self.worker_id)
-            .field("replay_cache", &self.replay_cache)
-            .finish()
-    }
-}
-
-impl RuntimeBuilder {
-    /// The journal directory (the embedded sled journal, feature `sled`).
-    /// Created if missing. With another journal, where the admin API's
-    /// files go.
-    pub fn path(mut self, path: impl AsRef<Path>) -> Self {
-        self.path = Some(path.as_ref().to_path_buf());
-        self
-    }
-
-    /// Uses an already open journal instead of opening one by path (another
-    /// implementation, or a wrapper that injects faults in tests). Runtimes
-    /// built on the same journal share its table of calls in flight.
-    pub fn journal(mut self, journal: Arc<dyn Journal>) -> Self {
-        self.journal = Some(journal);
-        self
-    }
-
-    /// The clock for durable timestamps (default: the journal's, else
-    /// [`SystemClock`]).
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = Some(clock);
-        self
-    }
-
-    /// sled's cache size in bytes (default 64 MiB): bounds memory whatever
-    /// the number of records.
-    #[cfg(feature = "sled")]
-    pub fn cache_capacity(mut self, bytes: u64) -> Self {
-        self.sled.cache_capacity = bytes;
-        self
-    }
-
-    /// All of the sled journal's options.
-    #[cfg(feature = "sled")]
-    pub fn sled_options(mut self, options: idem_sled::SledOptions) -> Self {
-        self.sled = options;
-        self
-    }
-
-    /// How long a call waits for another call of the same key (in this
-    /// process or, with a shared journal, another) to finish before
-    /// returning `ToolError::InFlight` (default 30 s). A call whose driver
-    /// was dropped releases its local waiters at once.
-    pub fn in_flight_wait(mut self, wait: Duration) -> Self {
-        self.in_flight_wait = wait;
-        self
-    }
-
-    /// How long finished operations, memoized steps and audit events are
-    /// kept before [`Runtime::prune`] may remove them (default 7 days). Never
-    /// shorter, in effect, than the longest `dedupe_window` of the tools in
-    /// the binary: a key forgotten by idem but remembered by the provider
-    /// would turn a replay into a provider-side conflict.
-    pub fn retention(mut self, keep: Duration) -> Self {
-        self.retention = keep;
-        self
-    }
-
-    /// This worker's stable id (default: host name and process id). Claims
-    /// carry it: a worker that restarts under the same id takes over the
-    /// calls its previous incarnation left in flight at once, instead of
-    /// waiting for their leases to expire. Two live processes must never
-    /// share an id.
-    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
-        self.worker_id = Some(id.into());
-        self
-    }
-
-    /// How many committed results the runtime keeps in memory to replay
-    /// them without reading the journal (default 4096; 0: none). Only
-    /// results committed by a call or found by `verify` are kept: they
-    /// never change.
-    pub fn replay_cache(mut self, results: usize) -> Self {
-        self.replay_cache = results;
-        self
-    }
-
-    /// The PostgreSQL journal at `url`, shared by every worker connected to
-    /// it; open it with [`RuntimeBuilder::connect`] (feature `postgres`).
-    #[cfg(feature = "postgres")]
-    pub fn postgres(mut self, url: impl Into<String>) -> Self {
-        self.postgres = Some(url.into());
-        self
-    }
-
-    /// PostgreSQL: how long a claim on a call stays valid without renewal
-    /// (default 30 s). A worker that dies holds its calls this long before
-    /// other workers take them over; its restart under the same
-    /// [`worker_id`](RuntimeBuilder::worker_id) takes them over at once.
-    #[cfg(feature = "postgres")]
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.postgres_options.lease = lease;
-        self
-    }
-
-    /// PostgreSQL: every option of the journal (the lease included).
-    #[cfg(feature = "postgres")]
-    pub fn postgres_options(mut self, options: crate::journal::PostgresOptions) -> Self {
-        self.postgres_options = options;
-        self
-    }
-
-    /// Connects to the PostgreSQL journal given by
-    /// [`postgres`](RuntimeBuilder::postgres) (creating its schema if
-    /// needed) and starts the runtime; with a `path` or a `journal` instead,
-    /// the same as [`open`](RuntimeBuilder::open).
-    #[cfg(feature = "postgres")]
-    pub async fn connect(mut self) -> Result<Runtime, Error> {
-        let Some(url) = self.postgres.take() else {
-            return self.open();
-        };
-        if self.path.is_some() || self.journal.is_some() {
-            return Err(Error::Usage(
-                "Runtime::builder(): .postgres(..) and .path(..)/.journal(..) name two journals"
-                    .into(),
-            ));
-        }
-        let journal =
-            crate::journal::PostgresJournal::connect_with(&url, &self.postgres_options).await?;
-        self.journal = Some(Arc::new(journal));
-        self.open()
-    }
-
-    /// Opens the journal and starts the runtime.
-    pub fn open(self) -> Result<Runtime, Error> {
-        class::check_unique_names()?;
-        #[cfg(feature = "postgres")]
-        if self.postgres.is_some() {
-            return Err(Error::Usage(
-                "a PostgreSQL journal is opened with .connect().await, not .open()".into(),
-            ));
-        }
-        // Refused before the journal is touched.
-        #[cfg(feature = "admin")]
-        let admin = match self.admin {
-            Some(options) => {
-                idem_admin::require_tokio()?;
-                let dir = options.files_dir(self.path.as_deref())?;
-                Some((options, dir))
-            }
-            None => None,
-        };
-        let journal: Arc<dyn Journal> = match (self.journal, self.path) {
-            (Some(j), _) => j,
-            #[cfg(feature = "sled")]
-            (None, Some(p)) => Arc::new(idem_sled::SledJournal::open_with(p, &self.sled)?),
-            #[cfg(not(feature = "sled"))]
-            (None, Some(p)) => {
-                return Err(Error::Usage(format!(
-                    "Runtime::builder().path({}): this build has no embedded journal (feature \
-                     `sled` of idem is off); give a .journal(...) or connect to PostgreSQL",
-                    p.display()
-                )))
-            }
-            (None, None) => {
-                return Err(Error::Usage(
-                    "Runtime::builder() needs a .path(...) or a .journal(...)".into(),
-                ))
-            }
-        };
-        let incarnation = incarnation();
-        let clock = self
-            .clock
-            .or_else(|| journal.clock())
-            .unwrap_or_else(|| Arc::new(SystemClock::new()));
-        let worker = self
-            .worker_id
-            .unwrap_or_else(|| format!("{}-{}", host_name(), std::process::id()));
-        let rt = Runtime {
-            shared: Arc::new(Shared {
-                local: crate::leaders::Local::of(&journal),
-                journal,
-                clock,
-                audit: AuditLog::new(),
-                jitter: Jitter::new(incarnation),
-                owner: Owner {
-                    worker: Arc::from(worker),
-                    incarnation,
-                },
-                in_flight_wait: self.in_flight_wait,
-                retention: self.retention,
-                renewer: std::sync::Mutex::new(None),
-                called: std::sync::Mutex::new(std::collections::HashMap::new()),
-                replays: crate::replays::Replays::with_capacity(self.replay_cache),
-                #[cfg(feature = "admin")]
-                admin: std::sync::Mutex::new(None),
-            }),
-        };
-        rt.start_renewer();
-        #[cfg(feature = "admin")]
-        if let Some((options, dir)) = admin {
-            let running = crate::admin::start(&rt, options, &dir)?;
-            *rt.shared.admin.lock().unwrap_or_else(|p| p.into_inner()) = Some(running);
-        }
-        Ok(rt)
-    }
-}
-
-/// A process-unique id: time, pid and the standard library's random hash
-/// keys; it only has to differ between incarnations of a worker.
-fn incarnation() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "worker".into())
-}
 
 impl Runtime {
     /// Opens (or creates) the embedded sled journal in directory `path`.
@@ -415,23 +43,7 @@ impl Runtime {
 
     /// A builder for the less common options.
     pub fn builder() -> RuntimeBuilder {
-        RuntimeBuilder {
-            path: None,
-            journal: None,
-            clock: None,
-            #[cfg(feature = "sled")]
-            sled: idem_sled::SledOptions::default(),
-            in_flight_wait: Duration::from_secs(30),
-            retention: Duration::from_secs(7 * 24 * 3600),
-            worker_id: None,
-            replay_cache: crate::replays::CAPACITY,
-            #[cfg(feature = "admin")]
-            admin: None,
-            #[cfg(feature = "postgres")]
-            postgres: None,
-            #[cfg(feature = "postgres")]
-            postgres_options: crate::journal::PostgresOptions::default(),
-        }
+        RuntimeBuilder::new()
     }
 
     /// Connects to the PostgreSQL journal at `url` (feature `postgres`),
@@ -553,32 +165,16 @@ impl Runtime {
         resolution: Resolution,
         note: &str,
     ) -> Result<(), Error> {
-        let journal = &*self.shared.journal;
-        let (loaded, mut rec) = self
+        let (loaded, rec) = self
             .load_op(key)
             .await?
             .ok_or_else(|| Error::UnknownKey { key: key.clone() })?;
-        let set_by_operator = rec.resolution.is_some()
-            && matches!(
-                rec.state,
-                State::Committed {
-                    via: Via::Operator,
-                    ..
-                } | State::Abandoned
-                    | State::Reissue
-            );
-        let previous = match rec.state {
-            State::Escalated => None,
-            _ if set_by_operator => rec.resolution.as_ref().map(|r| r.kind.clone()),
-            _ => {
-                return Err(Error::NotEscalated {
-                    key: key.clone(),
-                    state: rec.state.name().to_string(),
-                })
-            }
-        };
+        let previous = resolve::admissible(&rec).map_err(|state| Error::NotEscalated {
+            key: key.clone(),
+            state: state.to_string(),
+        })?;
         let current_key = key.with_generation(rec.generation);
-        rec.state = match &resolution {
+        let decision = match &resolution {
             Resolution::Landed(result) => {
                 let json = result.clone().unwrap_or(serde_json::Value::Null);
                 let check = self
@@ -598,86 +194,44 @@ impl Runtime {
                     tool: rec.tool.clone(),
                     detail,
                 })?;
-                State::Committed {
-                    result: Blob(stored),
-                    via: Via::Operator,
-                }
+                Decision::Landed(Blob(stored))
             }
-            Resolution::Reissue => State::Reissue,
-            Resolution::Abandon => State::Abandoned,
+            Resolution::Reissue => Decision::Reissue,
+            Resolution::Abandon => Decision::Abandon,
         };
         let now = self.shared.clock.now_ms();
-        rec.maybe_landed = false;
-        rec.updated_ms = now;
-        let amendments = rec.resolution.as_ref().map_or(0, |r| r.amendments);
-        rec.resolution = Some(ResolutionInfo {
-            kind: resolution.label().to_string(),
-            note: note.to_string(),
-            at_ms: now,
-            amendments: if previous.is_some() {
-                amendments + 1
-            } else {
-                0
-            },
-        });
+        let (rec, events) = resolve::apply(rec, previous, decision, note, now);
         let body = record::encode(Kind::Op, &rec)?;
-        let draft = |kind| Draft {
-            at_ms: now,
-            tool: &rec.tool,
-            key: Some(&current_key),
-            root_run: &rec.root_run,
-            agent: "operator",
-            kind,
-        };
-        let mut drafts = vec![match previous {
-            Some(previous) => draft(EventKind::Amended {
-                previous,
-                resolution: resolution.label().to_string(),
-                note: note.to_string(),
-            }),
-            None => draft(EventKind::Resolved {
-                resolution: resolution.label().to_string(),
-                note: note.to_string(),
-            }),
-        }];
-        if let Resolution::Landed(_) = resolution {
-            // It is a commit like any other, for the stream and for stats.
-            drafts.push(draft(EventKind::Committed {
-                attempt: 0,
-                via: "operator".into(),
-            }));
-        }
-        let encoded = drafts
-            .iter()
-            .map(stored::encode)
-            .collect::<Result<Vec<_>, _>>()?;
-        let events: Vec<NewEvent<'_>> = encoded
-            .iter()
-            .map(|b| NewEvent {
-                key: Some(key.digest()),
-                bytes: b,
+        let drafts = events
+            .into_iter()
+            .map(|kind| Draft {
+                at_ms: now,
+                tool: &rec.tool,
+                key: Some(&current_key),
+                root_run: &rec.root_run,
+                agent: "operator",
+                kind,
             })
             .collect();
-        let written = journal
-            .write(JournalWrite {
+        let written = unit::write(
+            &self.shared,
+            Unit {
                 space: Space::Ops,
                 key: key.digest(),
                 expect: Expect::Version(loaded.version),
                 body: &body,
                 claim: ClaimChange::Release,
                 escalated: false,
-                events: &events,
                 durability: Durability::Immediate,
-            })
-            .await?;
+                unread: false,
+            },
+            drafts,
+            true,
+        )
+        .await?;
         match written {
-            Written::Done { seqs, .. } => {
-                for (seq, d) in seqs.into_iter().zip(drafts) {
-                    self.shared.audit.publish(seq, d);
-                }
-                Ok(())
-            }
-            Written::Conflict => Err(Error::Conflict { key: key.clone() }),
+            Wrote::Done { .. } => Ok(()),
+            Wrote::Conflict(_) => Err(Error::Conflict { key: key.clone() }),
         }
     }
 

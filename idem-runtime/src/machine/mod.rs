@@ -1,0 +1,21 @@
+//! The engine's decisions, without I/O: no journal handle, no clock read,
+//! no tokio. Each machine is a value that takes an input (what the last
+//! action brought back), the tool's policy, the time and a jitter draw,
+//! and answers the next action; the async driver (`engine.rs`) executes
+//! actions and feeds their results back, and decides nothing itself.
+//!
+//! - `call.rs`: one journaled call (the decision tables of the engine);
+//! - `step.rs`: a memoized step (`Ctx::step`);
+//! - `resolve.rs`: an operator's resolution of an escalated operation;
+//! - `policy.rs`: what the machines are told about a tool and a journal;
+//! - `check/`: the exhaustive checker of the call machine (tests and
+//!   `examples/model_check.rs`).
+
+pub mod call;
+#[cfg(any(test, feature = "model-check"))]
+pub mod check;
+pub mod policy;
+pub mod resolve;
+pub mod step;
+#[cfg(test)]
+mod vectors;

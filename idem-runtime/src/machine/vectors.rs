@@ -1,0 +1,664 @@
+//! DESIGN's decision tables, row by row, as pure vectors: each test drives
+//! the call machine through a scripted journal (a record that holds what
+//! the last write put there), scripted attempt outcomes and `verify`
+//! answers, and checks the actions and the outcome the row promises. No
+//! journal, no clock, no tokio.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_journal::class::{Class, OnDrift};
+use idem_journal::journal::{Claim, Durability, Owner};
+use idem_journal::record::{Blob, OpRecord, State, Via};
+
+use super::call::{
+    Action, Answer, Attempted, Call, Called, ClaimOp, Env, Found, Input, Outcome, Revert, Stored,
+    ValueFrom,
+};
+use super::policy::{Policy, Setup};
+use crate::failure::Failure;
+use crate::retry::RetryPolicy;
+
+const NOW: u64 = 1_000_000_000;
+
+fn policy(class: Class, max_attempts: u32, verify: bool) -> Policy {
+    Policy {
+        class,
+        retry: RetryPolicy {
+            max_attempts,
+            initial: Duration::from_millis(100),
+            backoff: 2.0,
+            max_interval: Duration::from_secs(10),
+            max_elapsed: None,
+            jitter: false,
+        },
+        dedupe_window: Duration::from_secs(24 * 3600),
+        timeout: None,
+        on_drift: OnDrift::Replay,
+        verify,
+        commit: Durability::Immediate,
+    }
+}
+
+fn owner(worker: &str, incarnation: u64) -> Owner {
+    Owner {
+        worker: Arc::from(worker),
+        incarnation,
+    }
+}
+
+fn setup() -> Setup {
+    Setup {
+        owner: owner("here", 2),
+        claim_first: false,
+        renewal_ms: None,
+        in_flight_wait_ms: 5_000,
+    }
+}
+
+fn called(class: Class) -> Called {
+    Called {
+        tool: "send".into(),
+        class,
+        root_run: "run".into(),
+        scope: vec![],
+        fingerprint: [7; 32],
+        args: "{\"to\":\"a\"}".into(),
+    }
+}
+
+fn ok() -> Attempted {
+    Attempted::Ok {
+        stored: Stored::Bytes(Blob(vec![1, 2, 3])),
+        provider_replay: false,
+    }
+}
+
+fn failed(failure: Failure) -> Attempted {
+    Attempted::Failed {
+        failure,
+        text: "boom".into(),
+        typed: true,
+    }
+}
+
+/// A record of this call's operation, as an earlier process left it.
+fn left(class: Class, state: State, attempts: u32, maybe_landed: bool) -> OpRecord {
+    let mut rec = Call::new(called(class)).record().clone();
+    rec.state = state;
+    rec.attempts = attempts;
+    rec.maybe_landed = maybe_landed;
+    rec.first_attempt_ms = NOW - 1_000;
+    rec.key_first_sent_ms = (attempts > 0).then_some(NOW - 1_000);
+    rec.updated_ms = NOW - 1_000;
+    rec
+}
+
+/// Claimed by an earlier incarnation of another worker that is gone.
+fn dead() -> Option<Claim> {
+    Some(Claim {
+        owner: owner("gone", 1),
+        live: false,
+    })
+}
+
+/// What a run did: every action, and how it ended.
+struct Run {
+    actions: Vec<Action>,
+    outcome: Outcome,
+    /// The record the scripted journal holds at the end.
+    stored: Option<OpRecord>,
+}
+
+impl Run {
+    fn attempts(&self) -> Vec<(u32, u32)> {
+        self.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Attempt {
+                    attempt,
+                    generation,
+                } => Some((*attempt, *generation)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn verifies(&self) -> usize {
+        self.actions
+            .iter()
+            .filter(|a| matches!(a, Action::Verify { .. }))
+            .count()
+    }
+
+    fn state(&self) -> &'static str {
+        self.stored.as_ref().map_or("none", |r| r.state.name())
+    }
+}
+
+/// Drives a call of `class` against a journal holding `found`, answering
+/// attempts and `verify` from the scripts.
+fn drive(
+    policy: &Policy,
+    found: Option<(OpRecord, Option<Claim>)>,
+    attempts: Vec<Attempted>,
+    answers: Vec<Answer>,
+) -> Run {
+    let setup = setup();
+    let mut attempts: VecDeque<_> = attempts.into();
+    let mut answers: VecDeque<_> = answers.into();
+    let mut record: Option<Found> = found.map(|(rec, claim)| Found {
+        rec,
+        version: 1,
+        claim,
+    });
+    let mut call = Call::new(called(policy.class));
+    let mut now = NOW;
+    let mut actions = Vec::new();
+    let mut input = Input::Start {
+        cached: None,
+        args_len: 10,
+    };
+    for _ in 0..200 {
+        let env = Env { now, jitter: 0.5 };
+        let action = call.step(policy, &setup, env, input);
+        actions.push(action.clone());
+        input = match action {
+            Action::Lead => Input::Led,
+            Action::AwaitLeader { .. } => Input::TimedOut,
+            Action::AwaitChange { .. } => Input::TimedOut,
+            Action::Read | Action::Revert(Revert::Read) => Input::Found(record.clone()),
+            Action::Write(op) | Action::Revert(Revert::Write(op)) => {
+                let version = record.as_ref().map_or(1, |f| f.version + 1);
+                let claim = match op.claim {
+                    ClaimOp::Take => Some(Claim {
+                        owner: setup.owner.clone(),
+                        live: false,
+                    }),
+                    ClaimOp::Release => None,
+                    ClaimOp::Keep => record.as_ref().and_then(|f| f.claim.clone()),
+                };
+                record = Some(Found {
+                    rec: op.rec.clone(),
+                    version,
+                    claim,
+                });
+                Input::Written {
+                    version,
+                    epoch: 1,
+                    took_ms: 0,
+                }
+            }
+            Action::Revert(Revert::Remove { .. }) => {
+                record = None;
+                Input::Removed(true)
+            }
+            Action::Emit(_) | Action::EmitBestEffort(_) => Input::Appended,
+            Action::Attempt { .. } => {
+                Input::Attempted(attempts.pop_front().expect("an attempt nobody scripted"))
+            }
+            Action::Verify { .. } => {
+                Input::Verified(answers.pop_front().expect("a verify nobody scripted"))
+            }
+            Action::Decode(_) => Input::Decoded(true),
+            Action::Sleep { until } => {
+                now = now.max(until);
+                Input::Slept
+            }
+            Action::Return { outcome, .. } => {
+                assert!(call.is_done());
+                return Run {
+                    actions,
+                    outcome,
+                    stored: record.map(|f| f.rec),
+                };
+            }
+        };
+    }
+    panic!("no return after 200 actions: {actions:#?}");
+}
+
+/// Every attempt is preceded by an INTENT written at Immediate durability
+/// that counts it.
+fn intents_precede_attempts(run: &Run) {
+    // (attempts counted, durability) of the last write, if an INTENT.
+    let mut last_intent: Option<(u32, Durability)> = None;
+    for a in &run.actions {
+        match a {
+            Action::Write(op) if op.rec.state == State::Intent => {
+                last_intent = Some((op.rec.attempts, op.durability));
+            }
+            Action::Write(_) => last_intent = None,
+            Action::Attempt { attempt, .. } => {
+                assert_eq!(
+                    last_intent,
+                    Some((*attempt, Durability::Immediate)),
+                    "attempt {attempt} without its immediate INTENT"
+                );
+                last_intent = None;
+            }
+            _ => {}
+        }
+    }
+}
+
+// The first table: what a call does with the record it finds.
+
+#[test]
+fn no_record_writes_an_intent_then_runs_and_commits_for_every_class() {
+    for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
+        let run = drive(&policy(class, 3, false), None, vec![ok()], vec![]);
+        assert_eq!(run.attempts(), vec![(1, 0)], "{class}");
+        assert_eq!(run.outcome, Outcome::Value(ValueFrom::Attempt), "{class}");
+        assert_eq!(run.state(), "committed", "{class}");
+        intents_precede_attempts(&run);
+    }
+}
+
+#[test]
+fn committed_replays_without_calling_for_every_class() {
+    for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
+        let rec = left(
+            class,
+            State::Committed {
+                result: Blob(vec![9]),
+                via: Via::Call,
+            },
+            1,
+            false,
+        );
+        let run = drive(&policy(class, 3, false), Some((rec, None)), vec![], vec![]);
+        assert!(run.attempts().is_empty(), "{class}");
+        assert_eq!(run.outcome, Outcome::Value(ValueFrom::Record), "{class}");
+    }
+}
+
+#[test]
+fn an_intent_claimed_by_a_live_driver_elsewhere_is_waited_for_never_run() {
+    for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
+        let rec = left(class, State::Intent, 1, true);
+        let live = Some(Claim {
+            owner: owner("other", 1),
+            live: true,
+        });
+        let run = drive(&policy(class, 3, true), Some((rec, live)), vec![], vec![]);
+        assert!(run.attempts().is_empty(), "{class}");
+        assert!(
+            run.actions
+                .iter()
+                .any(|a| matches!(a, Action::AwaitChange { .. })),
+            "{class}: {:?}",
+            run.actions
+        );
+        assert_eq!(run.outcome, Outcome::InFlight, "{class}");
+    }
+}
+
+#[test]
+fn a_dead_provider_intent_is_re_run_under_the_same_key() {
+    let rec = left(Class::Provider, State::Intent, 1, true);
+    let run = drive(
+        &policy(Class::Provider, 3, false),
+        Some((rec, dead())),
+        vec![ok()],
+        vec![],
+    );
+    assert_eq!(run.attempts(), vec![(2, 0)]);
+    assert_eq!(run.state(), "committed");
+    intents_precede_attempts(&run);
+}
+
+#[test]
+fn a_dead_provider_intent_past_the_dedupe_window_escalates() {
+    let mut rec = left(Class::Provider, State::Intent, 1, true);
+    rec.key_first_sent_ms = Some(NOW - 25 * 3600 * 1000);
+    let run = drive(
+        &policy(Class::Provider, 3, false),
+        Some((rec, dead())),
+        vec![],
+        vec![],
+    );
+    assert!(run.attempts().is_empty());
+    assert!(
+        matches!(run.outcome, Outcome::Escalated { .. }),
+        "{:?}",
+        run.outcome
+    );
+    assert_eq!(run.state(), "escalated");
+}
+
+#[test]
+fn a_dead_provider_intent_with_its_budget_spent_escalates() {
+    let rec = left(Class::Provider, State::Intent, 3, true);
+    let run = drive(
+        &policy(Class::Provider, 3, false),
+        Some((rec, dead())),
+        vec![],
+        vec![],
+    );
+    assert!(run.attempts().is_empty());
+    assert!(
+        matches!(run.outcome, Outcome::Escalated { .. }),
+        "{:?}",
+        run.outcome
+    );
+}
+
+#[test]
+fn a_dead_journal_intent_asks_verify_first_and_re_runs_only_if_it_did_not_land() {
+    let p = policy(Class::Journal, 3, true);
+    let landed = drive(
+        &p,
+        Some((left(Class::Journal, State::Intent, 1, true), dead())),
+        vec![],
+        vec![Answer::Landed(Stored::Bytes(Blob(vec![5])))],
+    );
+    assert!(landed.attempts().is_empty());
+    assert_eq!(landed.outcome, Outcome::Value(ValueFrom::Verify));
+    assert_eq!(landed.state(), "committed");
+
+    let not = drive(
+        &p,
+        Some((left(Class::Journal, State::Intent, 1, true), dead())),
+        vec![ok()],
+        vec![Answer::NotLanded],
+    );
+    assert_eq!(not.verifies(), 1);
+    assert_eq!(not.attempts(), vec![(2, 0)]);
+    intents_precede_attempts(&not);
+
+    for answer in [
+        Answer::Unknown,
+        Answer::Failed("verify broke".into()),
+        Answer::TimedOut("verify timed out".into()),
+    ] {
+        let run = drive(
+            &p,
+            Some((left(Class::Journal, State::Intent, 1, true), dead())),
+            vec![],
+            vec![answer.clone()],
+        );
+        assert!(run.attempts().is_empty(), "{answer:?}");
+        assert!(
+            matches!(run.outcome, Outcome::Escalated { .. }),
+            "{answer:?}"
+        );
+    }
+}
+
+#[test]
+fn a_dead_journal_intent_without_verify_escalates() {
+    let run = drive(
+        &policy(Class::Journal, 3, false),
+        Some((left(Class::Journal, State::Intent, 1, true), dead())),
+        vec![],
+        vec![],
+    );
+    assert!(run.attempts().is_empty());
+    assert!(matches!(run.outcome, Outcome::Escalated { .. }));
+}
+
+#[test]
+fn a_dead_at_most_once_intent_escalates_without_calling() {
+    let run = drive(
+        &policy(Class::AtMostOnce, 3, false),
+        Some((left(Class::AtMostOnce, State::Intent, 1, true), dead())),
+        vec![],
+        vec![],
+    );
+    assert!(run.attempts().is_empty());
+    assert!(matches!(run.outcome, Outcome::Escalated { .. }));
+    assert_eq!(run.state(), "escalated");
+}
+
+#[test]
+fn a_dead_waiting_record_resumes_its_budget() {
+    for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
+        let rec = left(class, State::Waiting, 1, false);
+        let run = drive(
+            &policy(class, 3, false),
+            Some((rec, dead())),
+            vec![ok()],
+            vec![],
+        );
+        assert_eq!(run.attempts(), vec![(2, 0)], "{class}");
+        assert_eq!(run.state(), "committed", "{class}");
+    }
+}
+
+#[test]
+fn rejected_found_first_runs_under_the_next_generation() {
+    for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
+        let rec = left(
+            class,
+            State::Rejected {
+                error: "declined".into(),
+            },
+            1,
+            false,
+        );
+        let run = drive(
+            &policy(class, 3, false),
+            Some((rec, None)),
+            vec![ok()],
+            vec![],
+        );
+        assert_eq!(run.attempts(), vec![(1, 1)], "{class}");
+        assert_eq!(run.stored.as_ref().unwrap().generation, 1);
+    }
+}
+
+#[test]
+fn failed_found_first_runs_with_a_fresh_budget_under_the_same_key() {
+    for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
+        let rec = left(
+            class,
+            State::Failed {
+                error: "down".into(),
+            },
+            3,
+            false,
+        );
+        let run = drive(
+            &policy(class, 3, false),
+            Some((rec, None)),
+            vec![ok()],
+            vec![],
+        );
+        assert_eq!(run.attempts(), vec![(1, 0)], "{class}");
+    }
+}
+
+#[test]
+fn reissue_runs_with_a_fresh_budget_under_the_same_key() {
+    for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
+        let rec = left(class, State::Reissue, 1, true);
+        let run = drive(
+            &policy(class, 3, false),
+            Some((rec, None)),
+            vec![ok()],
+            vec![],
+        );
+        assert_eq!(run.attempts(), vec![(1, 0)], "{class}");
+        intents_precede_attempts(&run);
+    }
+}
+
+#[test]
+fn escalated_and_abandoned_answer_without_calling() {
+    for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
+        let esc = drive(
+            &policy(class, 3, false),
+            Some((left(class, State::Escalated, 1, true), None)),
+            vec![],
+            vec![],
+        );
+        assert!(matches!(esc.outcome, Outcome::Escalated { .. }), "{class}");
+        assert!(esc.attempts().is_empty());
+        let ab = drive(
+            &policy(class, 3, false),
+            Some((left(class, State::Abandoned, 1, true), None)),
+            vec![],
+            vec![],
+        );
+        assert_eq!(ab.outcome, Outcome::Abandoned, "{class}");
+        assert!(ab.attempts().is_empty());
+    }
+}
+
+// The second table: after each failed attempt.
+
+#[test]
+fn not_sent_backs_off_and_retries_for_every_class() {
+    for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
+        let run = drive(
+            &policy(class, 3, false),
+            None,
+            vec![failed(Failure::not_sent()), ok()],
+            vec![],
+        );
+        assert_eq!(run.attempts(), vec![(1, 0), (2, 0)], "{class}");
+        assert!(
+            run.actions
+                .iter()
+                .any(|a| matches!(a, Action::Sleep { .. })),
+            "{class}: no backoff"
+        );
+        intents_precede_attempts(&run);
+    }
+}
+
+#[test]
+fn ambiguous_provider_retries_under_the_same_key() {
+    let run = drive(
+        &policy(Class::Provider, 3, false),
+        None,
+        vec![failed(Failure::ambiguous()), ok()],
+        vec![],
+    );
+    assert_eq!(run.attempts(), vec![(1, 0), (2, 0)]);
+    assert_eq!(run.verifies(), 0);
+}
+
+#[test]
+fn ambiguous_journal_asks_verify_and_retries_only_if_not_landed() {
+    let p = policy(Class::Journal, 3, true);
+    let not = drive(
+        &p,
+        None,
+        vec![failed(Failure::ambiguous()), ok()],
+        vec![Answer::NotLanded],
+    );
+    assert_eq!(not.attempts(), vec![(1, 0), (2, 0)]);
+    assert_eq!(not.verifies(), 1);
+    let landed = drive(
+        &p,
+        None,
+        vec![failed(Failure::ambiguous())],
+        vec![Answer::Landed(Stored::Bytes(Blob(vec![4])))],
+    );
+    assert_eq!(landed.attempts(), vec![(1, 0)]);
+    assert_eq!(landed.outcome, Outcome::Value(ValueFrom::Verify));
+    let unknown = drive(
+        &p,
+        None,
+        vec![failed(Failure::ambiguous())],
+        vec![Answer::Unknown],
+    );
+    assert_eq!(unknown.attempts(), vec![(1, 0)]);
+    assert!(matches!(unknown.outcome, Outcome::Escalated { .. }));
+}
+
+#[test]
+fn ambiguous_at_most_once_escalates_at_once() {
+    let run = drive(
+        &policy(Class::AtMostOnce, 3, false),
+        None,
+        vec![failed(Failure::ambiguous())],
+        vec![],
+    );
+    assert_eq!(run.attempts(), vec![(1, 0)]);
+    assert!(matches!(run.outcome, Outcome::Escalated { .. }));
+    assert_eq!(run.state(), "escalated");
+}
+
+#[test]
+fn semantic_is_rejected_and_returned() {
+    for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
+        let run = drive(
+            &policy(class, 3, false),
+            None,
+            vec![failed(Failure::Semantic)],
+            vec![],
+        );
+        assert_eq!(run.attempts(), vec![(1, 0)], "{class}");
+        assert_eq!(run.outcome, Outcome::Tool, "{class}");
+        assert_eq!(run.state(), "rejected", "{class}");
+    }
+}
+
+#[test]
+fn semantic_after_an_attempt_that_may_have_landed_escalates() {
+    let run = drive(
+        &policy(Class::Provider, 3, false),
+        None,
+        vec![failed(Failure::ambiguous()), failed(Failure::Semantic)],
+        vec![],
+    );
+    assert_eq!(run.attempts(), vec![(1, 0), (2, 0)]);
+    assert!(
+        matches!(run.outcome, Outcome::Escalated { .. }),
+        "{:?}",
+        run.outcome
+    );
+}
+
+#[test]
+fn a_spent_budget_fails_when_nothing_may_have_landed_and_escalates_otherwise() {
+    let p = policy(Class::Provider, 2, false);
+    let failed_run = drive(
+        &p,
+        None,
+        vec![failed(Failure::not_sent()), failed(Failure::not_sent())],
+        vec![],
+    );
+    assert_eq!(failed_run.attempts().len(), 2);
+    assert_eq!(failed_run.outcome, Outcome::Tool);
+    assert_eq!(failed_run.state(), "failed");
+    let doubt = drive(
+        &p,
+        None,
+        vec![failed(Failure::ambiguous()), failed(Failure::ambiguous())],
+        vec![],
+    );
+    assert_eq!(doubt.attempts().len(), 2);
+    assert!(matches!(doubt.outcome, Outcome::Escalated { .. }));
+}
+
+#[test]
+fn arguments_over_the_limit_fail_before_any_write() {
+    let mut call = Call::new(called(Class::Provider));
+    let action = call.step(
+        &policy(Class::Provider, 3, false),
+        &setup(),
+        Env {
+            now: NOW,
+            jitter: 0.5,
+        },
+        Input::Start {
+            cached: None,
+            args_len: super::policy::MAX_ARGS_BYTES + 1,
+        },
+    );
+    assert!(
+        matches!(
+            action,
+            Action::Return {
+                outcome: Outcome::Journal(super::call::Fault::TooLarge { .. }),
+                ..
+            }
+        ),
+        "{action:?}"
+    );
+}
