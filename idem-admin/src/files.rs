@@ -109,7 +109,7 @@ pub(crate) fn load_or_create_token(dir: &Path, given: Option<&str>) -> Result<St
     let io = |e: std::io::Error| Error::storage("read the admin token", &location, e);
     match fs::read_to_string(&path) {
         Ok(text) => {
-            refuse_if_readable_by_others(&path)?;
+            private_files::check_ours(&path, "the admin token file", true)?;
             check_token(text.trim().to_string(), &location)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -130,14 +130,25 @@ pub(crate) fn load_or_create_token(dir: &Path, given: Option<&str>) -> Result<St
 
 #[cfg(feature = "server")]
 fn check_token(token: String, from: &str) -> Result<String, Error> {
-    if token.is_empty() || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(Error::Usage(format!(
-            "the admin token from {from} is empty or contains whitespace; \
+            "the admin token from {from} contains whitespace; \
              use a long random string (the generated ones are 64 hex digits)"
+        )));
+    }
+    if token.len() < MIN_TOKEN_BYTES {
+        return Err(Error::Usage(format!(
+            "the admin token from {from} is {} bytes long; it must be at least \
+             {MIN_TOKEN_BYTES} (a short token is guessed): use a long random string \
+             (the generated ones are 64 hex digits)",
+            token.len()
         )));
     }
     Ok(token)
 }
+
+/// The shortest token the admin API accepts.
+pub const MIN_TOKEN_BYTES: usize = 16;
 
 /// 32 random bytes from the operating system, as hex.
 #[cfg(feature = "server")]
@@ -146,32 +157,6 @@ fn new_token() -> Result<String, Error> {
     getrandom::fill(&mut bytes)
         .map_err(|e| Error::storage("generate the admin token", "getrandom", e))?;
     Ok(idem_journal::key::hex(&bytes))
-}
-
-/// A token file others can read may have leaked: refuse rather than serve
-/// the journal with it.
-#[cfg(feature = "server")]
-fn refuse_if_readable_by_others(path: &Path) -> Result<(), Error> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = fs::metadata(path)
-            .map_err(|e| Error::storage("read the admin token", &path.display().to_string(), e))?
-            .permissions()
-            .mode()
-            & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(Error::Usage(format!(
-                "the admin token file {} has mode {mode:o}: other users may have read it. \
-                 Delete it (a new one is made on the next start) or `chmod 600` it if you \
-                 are sure it did not leak",
-                path.display()
-            )));
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = path;
-    Ok(())
 }
 
 /// Compares a presented token with the real one in time that does not
@@ -218,10 +203,15 @@ mod tests {
             assert_eq!(mode & 0o777, 0o600);
             fs::set_permissions(token_path(dir.path()), fs::Permissions::from_mode(0o644)).unwrap();
             let err = load_or_create_token(dir.path(), None).unwrap_err();
-            assert!(
-                err.to_string().contains("other users may have read it"),
-                "{err}"
-            );
+            assert!(err.to_string().contains("mode 644"), "{err}");
+            // Owned by another user (only root can give a file away; CI
+            // runs as root): refused even at mode 0600.
+            fs::set_permissions(token_path(dir.path()), fs::Permissions::from_mode(0o600)).unwrap();
+            load_or_create_token(dir.path(), None).unwrap();
+            if std::os::unix::fs::chown(token_path(dir.path()), Some(65534), None).is_ok() {
+                let err = load_or_create_token(dir.path(), None).unwrap_err();
+                assert!(err.to_string().contains("owned by user 65534"), "{err}");
+            }
         }
     }
 
@@ -229,11 +219,15 @@ mod tests {
     fn a_given_token_is_used_as_is_and_no_file_is_written() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(
-            load_or_create_token(dir.path(), Some("s3cret")).unwrap(),
-            "s3cret"
+            load_or_create_token(dir.path(), Some("s3cret-s3cret-s3cret")).unwrap(),
+            "s3cret-s3cret-s3cret"
         );
         assert!(!token_path(dir.path()).exists());
-        assert!(load_or_create_token(dir.path(), Some("has space")).is_err());
+        assert!(load_or_create_token(dir.path(), Some("has space and is long enough")).is_err());
         assert!(load_or_create_token(dir.path(), Some("")).is_err());
+        // Fifteen bytes: guessable, refused; sixteen are taken.
+        let err = load_or_create_token(dir.path(), Some("0123456789abcde")).unwrap_err();
+        assert!(err.to_string().contains("at least 16"), "{err}");
+        load_or_create_token(dir.path(), Some("0123456789abcdef")).unwrap();
     }
 }

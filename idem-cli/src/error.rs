@@ -70,10 +70,11 @@ impl CliError {
             E::ResultType { .. } => "result_type",
             E::BadKey { .. } => "bad_key",
             E::InUse { .. } => "in_use",
+            E::Untrusted(_) => "untrusted",
             _ => "journal",
         };
         let code = match e {
-            E::InUse { .. } | E::NotAJournal { .. } => exit::UNREACHABLE,
+            E::InUse { .. } | E::NotAJournal { .. } | E::Untrusted(_) => exit::UNREACHABLE,
             _ => exit::REFUSED,
         };
         CliError::new(code, kind, e.to_string())

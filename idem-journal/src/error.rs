@@ -205,6 +205,10 @@ pub enum Error {
         /// Its current state.
         state: String,
     },
+    /// A file or directory in the journal directory is not ours (a
+    /// symlink, another user's, writable by others): refused, untouched.
+    #[error(transparent)]
+    Untrusted(#[from] crate::files::Untrusted),
     /// A key's text could not be parsed.
     #[error(transparent)]
     BadKey(#[from] BadKey),

@@ -7,7 +7,8 @@
 //! Opening, in order, changes nothing until it knows the directory is a
 //! journal of this format and its log is readable:
 //! 1. the directory: created `0700` if missing; refused if it holds files a
-//!    journal never has; a warning if others can read it;
+//!    journal never has, or if it is not ours (a symlink, another user's,
+//!    writable by group or others); a warning if others can read it;
 //! 2. `idem-meta`: written first when the journal is created, so a
 //!    directory without it holds nothing acknowledged; a newer format is
 //!    refused untouched;
@@ -162,6 +163,9 @@ impl SledJournal {
                 list.join(", ")
             )));
         }
+        // Ours, or not touched: a directory another user owns or can
+        // write could hold anything they planted.
+        idem_journal::files::check_ours(&path, "the journal directory", false)?;
         warn_if_readable_by_others(&path);
 
         // 2. What the directory is.
@@ -651,6 +655,29 @@ mod tests {
         assert!(err.to_string().contains(&dir.path().display().to_string()));
         // Nothing was touched by the failed open: not sled, not the log.
         assert_eq!(snapshot(dir.path()), before);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_journal_directory_others_can_write_or_a_symlink_is_refused_untouched() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::TempDir::new().unwrap();
+        let j = dir.path().join("j");
+        drop(SledJournal::open(&j).unwrap());
+        fs::set_permissions(&j, fs::Permissions::from_mode(0o777)).unwrap();
+        let before = snapshot(&j);
+        let err = SledJournal::open(&j).unwrap_err();
+        assert!(
+            matches!(&err, Error::Untrusted(u) if u.why.contains("mode 777")),
+            "{err}"
+        );
+        assert_eq!(snapshot(&j), before);
+        fs::set_permissions(&j, fs::Permissions::from_mode(0o700)).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&j, &link).unwrap();
+        let err = SledJournal::open(&link).unwrap_err();
+        assert!(matches!(&err, Error::Untrusted(_)), "{err}");
+        drop(SledJournal::open(&j).unwrap());
     }
 
     /// Every file of a directory with its bytes.
