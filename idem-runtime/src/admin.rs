@@ -22,7 +22,7 @@
 //! | route | answer |
 //! |---|---|
 //! | `GET /v1/tools` | the program's tools ([`ToolInfo`]), each with its latest committed result as an example of its result's shape |
-//! | `GET /v1/escalations` | every parked operation, oldest first ([`Escalation`](idem_journal::views::Escalation)) |
+//! | `GET /v1/escalations` | every parked operation, oldest first ([`Escalation`]) |
 //! | `GET /v1/ops/{key}` | one operation and its whole audit history ([`OperationView`]) |
 //! | `POST /v1/ops/{key}/resolve` | settles it through [`Runtime::resolve`](crate::Runtime::resolve) ([`ResolveRequest`] in, [`Resolved`] out) |
 //! | `GET /v1/audit?from=N` | the durable audit stream from `N` (or `end`) as JSON lines; `&limit=M` stops after `M`; `&follow=true` keeps streaming events as they become durable |

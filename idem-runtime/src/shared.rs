@@ -17,10 +17,10 @@ use idem_journal::journal::{Journal, Owner};
 
 /// The idem runtime: an open journal and everything that acts on it.
 ///
-/// Cheap to clone; every clone and every [`Ctx`] made from it share one
+/// Cheap to clone; every clone and every [`Ctx`](crate::Ctx) made from it share one
 /// journal, which is released when the last of them is dropped.
 ///
-/// A long-running server opens one at start and hands a [`Ctx`] per
+/// A long-running server opens one at start and hands a [`Ctx`](crate::Ctx) per
 /// workflow to its tools:
 ///
 /// ```

@@ -426,7 +426,7 @@ enum AfterWrite {
     Intent {
         n: u32,
         before_held: Option<u64>,
-        before: Option<OpRecord>,
+        before: Option<Box<OpRecord>>,
     },
     /// Waiting after failed attempt `n`.
     Waiting {
@@ -994,7 +994,7 @@ impl Call {
         let then = AfterWrite::Intent {
             n,
             before_held: self.op.held,
-            before: self.op.previous.take(),
+            before: self.op.previous.take().map(Box::new),
         };
         self.put(events, Durability::Immediate, false, then, now)
     }
@@ -1142,8 +1142,8 @@ impl Call {
     /// happened for one that may have landed. The failed write may have
     /// happened all the same, so it is undone only if the journal holds
     /// exactly it. If this fails too, the cautious INTENT stays.
-    fn revert_read(&mut self, before_held: Option<u64>, before: Option<OpRecord>) -> Action {
-        self.op.previous = before;
+    fn revert_read(&mut self, before_held: Option<u64>, before: Option<Box<OpRecord>>) -> Action {
+        self.op.previous = before.map(|b| *b);
         self.op.held = before_held;
         self.phase = Phase::Reverting;
         Action::Revert(Revert::Read)
