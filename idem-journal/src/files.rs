@@ -92,22 +92,30 @@ pub struct Untrusted {
     pub why: String,
 }
 
-/// Checks that `path` is ours: not a symlink, owned by the effective user,
-/// and not writable by group or others (`secret`: not readable by them
-/// either), as PostgreSQL checks its data directory and ssh its keys.
+/// Checks that `path` is ours: owned by the effective user and not
+/// writable by group or others, as PostgreSQL checks its data directory;
+/// a `secret` (the token file) is also not readable by them and is never
+/// reached through a symbolic link, as ssh checks its keys. A directory
+/// may be a symbolic link (a data directory moved to another disk): what
+/// it points to is judged.
 pub fn check_ours(path: &Path, what: &'static str, secret: bool) -> Result<(), Untrusted> {
     let untrusted = |why: String| Untrusted {
         what,
         path: path.display().to_string(),
         why,
     };
-    let meta =
-        fs::symlink_metadata(path).map_err(|e| untrusted(format!("cannot be inspected: {e}")))?;
-    if meta.file_type().is_symlink() {
-        return Err(untrusted(
-            "is a symbolic link; refusing to follow it".into(),
-        ));
-    }
+    let inspect = |e: io::Error| untrusted(format!("cannot be inspected: {e}"));
+    let meta = if secret {
+        let meta = fs::symlink_metadata(path).map_err(inspect)?;
+        if meta.file_type().is_symlink() {
+            return Err(untrusted(
+                "is a symbolic link; refusing to follow it".into(),
+            ));
+        }
+        meta
+    } else {
+        fs::metadata(path).map_err(inspect)?
+    };
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
@@ -164,16 +172,24 @@ mod tests {
         fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
         let e = check_ours(&d, "the journal directory", false).unwrap_err();
         assert!(e.why.contains("mode 777"), "{e}");
+        // A directory reached through a symlink is judged by its target.
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&d, &link).unwrap();
         let e = check_ours(&link, "the journal directory", false).unwrap_err();
-        assert!(e.why.contains("symbolic link"), "{e}");
+        assert!(e.why.contains("mode 777"), "{e}");
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o700)).unwrap();
+        check_ours(&link, "the journal directory", false).unwrap();
         let token = dir.path().join("token");
         fs::write(&token, b"t").unwrap();
         fs::set_permissions(&token, fs::Permissions::from_mode(0o640)).unwrap();
         assert!(check_ours(&token, "the admin token file", true).is_err());
         fs::set_permissions(&token, fs::Permissions::from_mode(0o600)).unwrap();
         check_ours(&token, "the admin token file", true).unwrap();
+        // A secret is never read through a symlink, even to a good file.
+        let token_link = dir.path().join("token-link");
+        std::os::unix::fs::symlink(&token, &token_link).unwrap();
+        let e = check_ours(&token_link, "the admin token file", true).unwrap_err();
+        assert!(e.why.contains("symbolic link"), "{e}");
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! Opening, in order, changes nothing until it knows the directory is a
 //! journal of this format and its log is readable:
 //! 1. the directory: created `0700` if missing; refused if it holds files a
-//!    journal never has, or if it is not ours (a symlink, another user's,
-//!    writable by group or others); a warning if others can read it;
+//!    journal never has, or if it is not ours (another user's, or writable
+//!    by group or others; through a symlink, its target); a warning if
+//!    others can read it;
 //! 2. `idem-meta`: written first when the journal is created, so a
 //!    directory without it holds nothing acknowledged; a newer format is
 //!    refused untouched;
@@ -659,7 +660,7 @@ mod tests {
 
     #[cfg(unix)]
     #[test]
-    fn a_journal_directory_others_can_write_or_a_symlink_is_refused_untouched() {
+    fn a_journal_directory_others_can_write_is_refused_untouched_even_through_a_symlink() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::TempDir::new().unwrap();
         let j = dir.path().join("j");
@@ -672,11 +673,13 @@ mod tests {
             "{err}"
         );
         assert_eq!(snapshot(&j), before);
-        fs::set_permissions(&j, fs::Permissions::from_mode(0o700)).unwrap();
+        // Through a symlink, the directory it points to is judged.
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&j, &link).unwrap();
         let err = SledJournal::open(&link).unwrap_err();
         assert!(matches!(&err, Error::Untrusted(_)), "{err}");
+        fs::set_permissions(&j, fs::Permissions::from_mode(0o700)).unwrap();
+        drop(SledJournal::open(&link).unwrap());
         drop(SledJournal::open(&j).unwrap());
     }
 
