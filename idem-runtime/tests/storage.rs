@@ -476,6 +476,25 @@ fn a_full_disk_fails_calls_closed_closing_returns_and_the_journal_reopens() {
                         }
                     }
                 }
+                // The disk is still full and the journal takes no write:
+                // what it acknowledged is still answered (from the replay
+                // cache or a read; the replay's audit event, which records
+                // no decision, is what cannot be written), and the
+                // provider is not called.
+                let before = p.calls();
+                for &o in &committed {
+                    let body = "x".repeat(2000);
+                    call(&rt.run("run"), t, &p, o, &body, VerifyMode::Provider)
+                        .await
+                        .unwrap_or_else(|e| {
+                            panic!("order {o} did not replay on the full disk: {e}")
+                        });
+                }
+                assert_eq!(
+                    p.calls(),
+                    before,
+                    "a replay on the full disk called the provider"
+                );
             });
             // Dropping the runtime after the disk filled must return.
             drop(rt);
