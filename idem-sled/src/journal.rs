@@ -281,10 +281,18 @@ impl SledJournal {
             gen: last_gen,
             xor: expected.xor,
             count: expected.count,
-            next_seq: [checkpoint.next_seq, last_seq.map_or(0, |s| s + 1)]
-                .into_iter()
-                .max()
-                .unwrap_or(0),
+            // Sequence numbers never go back: past what the checkpoint
+            // handed out, what sled holds, and every event the log
+            // replayed, even those a later truncation removed (a stream
+            // pruned empty must not restart at 0 under a follower).
+            next_seq: [
+                checkpoint.next_seq,
+                last_seq.map_or(0, |s| s + 1),
+                applied.last_seq.map_or(0, |s| s + 1),
+            ]
+            .into_iter()
+            .max()
+            .unwrap_or(0),
             next_lsn: applied
                 .last_lsn
                 .map_or(checkpoint.next_lsn, |l| (l + 1).max(checkpoint.next_lsn)),
@@ -681,6 +689,33 @@ mod tests {
         fs::set_permissions(&j, fs::Permissions::from_mode(0o700)).unwrap();
         drop(SledJournal::open(&link).unwrap());
         drop(SledJournal::open(&j).unwrap());
+    }
+
+    #[test]
+    fn sequence_numbers_never_go_back_after_every_event_is_pruned() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let j = SledJournal::open(dir.path()).unwrap();
+        let ev = [NewEvent {
+            key: None,
+            bytes: b"e",
+        }];
+        let mut last = 0;
+        for _ in 0..63 {
+            last = block(j.append(&ev, Durability::Immediate)).unwrap()[0];
+        }
+        assert_eq!(last, 62);
+        block(j.truncate_events(last + 1)).unwrap();
+        assert!(block(j.events(0, 10)).unwrap().is_empty());
+        let next = block(j.append(&ev, Durability::Immediate)).unwrap()[0];
+        assert_eq!(next, 63);
+        block(j.truncate_events(next + 1)).unwrap();
+        drop(j);
+        let j = SledJournal::open(dir.path()).unwrap();
+        let after = block(j.append(&ev, Durability::Immediate)).unwrap()[0];
+        assert!(
+            after > next,
+            "after a reopen the stream restarted at {after}"
+        );
     }
 
     /// Every file of a directory with its bytes.

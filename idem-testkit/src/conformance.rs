@@ -287,6 +287,7 @@ macro_rules! conformance_suite {
             many_workers_one_key_one_provider_call,
             an_undecodable_record_is_an_error_never_absent,
             audit_sequence_is_strictly_increasing_and_followers_miss_nothing,
+            sequence_numbers_never_go_back_after_a_prune_and_a_crash,
             steps_are_memoized_across_crashes
         );
     };
@@ -1025,6 +1026,36 @@ pub async fn an_undecodable_record_is_an_error_never_absent(b: &dyn Backend) {
     let other = worker(b, "w2").await;
     assert!(call1(&other, t, &p, VerifyMode::Provider).await.is_err());
     assert_eq!(p.calls(), 0);
+}
+
+/// A stream pruned empty goes on from where it was, in this worker and in
+/// the next one after a crash: a follower resuming at the next number
+/// never skips what comes after it.
+pub async fn sequence_numbers_never_go_back_after_a_prune_and_a_crash(b: &dyn Backend) {
+    use idem_runtime::journal::{Durability, NewEvent};
+    let ev = [NewEvent {
+        key: None,
+        bytes: b"event",
+    }];
+    let j = b.open().await;
+    let mut last = 0;
+    for _ in 0..20 {
+        last = j.append(&ev, Durability::Immediate).await.unwrap()[0];
+    }
+    j.truncate_events(last + 1).await.unwrap();
+    assert!(j.events(0, 10).await.unwrap().is_empty(), "{}", b.name());
+    let next = j.append(&ev, Durability::Immediate).await.unwrap()[0];
+    assert!(next > last, "{}: {next} after {last}", b.name());
+    j.truncate_events(next + 1).await.unwrap();
+    drop(j);
+    b.crash().await;
+    let j = b.open().await;
+    let after = j.append(&ev, Durability::Immediate).await.unwrap()[0];
+    assert!(
+        after > next,
+        "{}: after a crash the stream went back to {after} (it had reached {next})",
+        b.name()
+    );
 }
 
 /// Sequence numbers strictly increase, and a follower paging the stream
