@@ -694,53 +694,86 @@ where
     F: FnMut(Ctx) -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
+    use crate::machine::read_only::{Action as Ro, Input as RoIn, Outcome as RoOut, ReadOnly};
     let shared = ctx.shared();
     shared.audit.count_read_only(tool.name);
+    // The machine decides; this executes. Its times are ms since the call
+    // began, on tokio's clock (a paused test clock drives it).
     let started = tokio::time::Instant::now();
-    let mut attempts = 0u32;
+    // Rounded up, so that a sleep until `now + delay` waits the whole delay.
+    let elapsed_ms = || crate::machine::read_only::ceil_ms(started.elapsed());
+    let mut machine = ReadOnly::new();
+    let mut input = RoIn::Start;
+    let mut error: Option<E> = None;
+    let mut fault: Option<crate::Error> = None;
+    let mut attempts = 0;
     loop {
-        attempts += 1;
-        let call_ctx = ctx.for_call(None, attempts);
-        let (failure, err, text) = match run_attempt(tool, attempt(call_ctx)).await {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) => {
-                let f = e.classify();
-                let text = format!("{e:?}");
-                (f, Some(e), text)
-            }
-            Err(elapsed) => (Failure::ambiguous(), None, elapsed),
+        // Jitter is drawn only where a delay is computed: a failure.
+        let jitter = match input {
+            RoIn::Failed { .. } => shared.jitter.unit(),
+            _ => 0.0,
         };
-        if failure == Failure::Semantic {
-            return Err(err.map_or_else(|| timed_out(tool, attempts), ToolError::Tool));
-        }
-        let delay = tool
-            .retry
-            .delay(attempts, shared.jitter.unit(), failure.retry_after());
-        if !tool
-            .retry
-            .allows(attempts, started.elapsed().saturating_add(delay))
-        {
-            return Err(err.map_or_else(|| timed_out(tool, attempts), ToolError::Tool));
-        }
-        shared
-            .audit
-            .emit(
-                &*shared.journal,
-                draft(
-                    ctx,
-                    tool.name,
-                    None,
-                    EventKind::Retry {
-                        attempt: attempts,
-                        delay_ms: delay.as_millis() as u64,
-                        failure: failure.label().into(),
-                        error: text,
-                    },
-                ),
-                Durability::Eventual,
-            )
-            .await?;
-        tokio::time::sleep(delay).await;
+        let env = Env {
+            now: elapsed_ms(),
+            jitter,
+        };
+        input = match machine.step(&tool.retry, env, input) {
+            Ro::Attempt { attempt: n } => {
+                attempts = n;
+                match run_attempt(tool, attempt(ctx.for_call(None, n))).await {
+                    Ok(Ok(v)) => return Ok(v),
+                    Ok(Err(e)) => {
+                        let failure = e.classify();
+                        let text = format!("{e:?}");
+                        error = Some(e);
+                        RoIn::Failed {
+                            failure,
+                            text,
+                            typed: true,
+                        }
+                    }
+                    Err(elapsed) => {
+                        error = None;
+                        RoIn::Failed {
+                            failure: Failure::ambiguous(),
+                            text: elapsed,
+                            typed: false,
+                        }
+                    }
+                }
+            }
+            Ro::Emit(kind) => match shared
+                .audit
+                .emit(
+                    &*shared.journal,
+                    draft(ctx, tool.name, None, kind),
+                    Durability::Eventual,
+                )
+                .await
+            {
+                Ok(_) => RoIn::Appended,
+                Err(e) => {
+                    fault = Some(e);
+                    RoIn::AppendFailed
+                }
+            },
+            Ro::Sleep { until } => {
+                tokio::time::sleep_until(started + Duration::from_millis(until)).await;
+                RoIn::Slept
+            }
+            Ro::Return(outcome) => {
+                return Err(match outcome {
+                    RoOut::Value => unreachable!("a value is returned when its attempt ends"),
+                    RoOut::Tool => error.map_or_else(|| timed_out(tool, attempts), ToolError::Tool),
+                    RoOut::TimedOut { attempts } => timed_out(tool, attempts),
+                    RoOut::Journal => ToolError::Journal(fault.take().unwrap_or_else(|| {
+                        crate::Error::Usage(
+                            "idem engine: a journal error went missing (a bug)".into(),
+                        )
+                    })),
+                })
+            }
+        };
     }
 }
 

@@ -7,6 +7,7 @@
 //! - `call.rs`: one journaled call (the decision tables of the engine);
 //! - `step.rs`: a memoized step (`Ctx::step`);
 //! - `resolve.rs`: an operator's resolution of an escalated operation;
+//! - `read_only.rs`: the retries of a read-only call;
 //! - `policy.rs`: what the machines are told about a tool and a journal;
 //! - `check/`: the exhaustive checker of the call machine (tests and
 //!   `examples/model_check.rs`).
@@ -15,6 +16,7 @@ pub mod call;
 #[cfg(any(test, feature = "model-check"))]
 pub mod check;
 pub mod policy;
+pub mod read_only;
 pub mod resolve;
 pub mod step;
 #[cfg(test)]
