@@ -4,8 +4,9 @@
 //!
 //! Users depend on the `idem` facade crate and annotate tools with
 //! `#[idem::tool]`; this crate holds everything that runs. The engine's
-//! decisions are pure state machines in `machine/` (a call, a step, an
-//! operator's resolution), with the decision tables in `machine/call.rs`;
+//! decisions are pure state machines in `machine/` (a call, a read-only
+//! call, a step, an operator's resolution), with the decision tables in
+//! `machine/call.rs`;
 //! `engine.rs`, `step.rs` and `unit.rs` are the thin async driver that
 //! executes their actions against the journal.
 
