@@ -24,6 +24,11 @@ use idem_journal::views::{
     escalation_of, operation_of, Escalation, Operation, PruneReport, Resolution,
 };
 
+/// The longest note an operator's resolution may carry (bytes of UTF-8):
+/// [`Runtime::resolve`] refuses a longer one with `Error::TooLarge`, and
+/// writes nothing.
+pub const MAX_NOTE_BYTES: usize = 64 << 10;
+
 impl Runtime {
     /// Opens (or creates) the embedded sled journal in directory `path`.
     ///
@@ -165,6 +170,15 @@ impl Runtime {
         resolution: Resolution,
         note: &str,
     ) -> Result<(), Error> {
+        // A note is evidence for people; one of megabytes is an attack on
+        // every later read of the record (the inbox, `idem show`).
+        if note.len() > MAX_NOTE_BYTES {
+            return Err(Error::TooLarge {
+                what: "the operator's note",
+                size: note.len() as u64,
+                limit: MAX_NOTE_BYTES as u64,
+            });
+        }
         let (loaded, rec) = self
             .load_op(key)
             .await?

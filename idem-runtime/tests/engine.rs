@@ -537,6 +537,28 @@ async fn resolved_landed_replays_the_operators_result() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_note_over_the_limit_is_refused_and_nothing_is_written() {
+    let dir = TempDir::new().unwrap();
+    let rt = open(dir.path());
+    let p = Provider::new(&[]);
+    let key = escalated_op(&rt, &p).await;
+    let huge = "n".repeat(idem_runtime::MAX_NOTE_BYTES + 1);
+    let err = rt
+        .resolve(&key, Resolution::Abandon, &huge)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, idem_runtime::Error::TooLarge { size, .. } if *size == huge.len() as u64),
+        "{err}"
+    );
+    // Still parked, and a note of the limit's length is taken.
+    assert_eq!(rt.escalations().await.unwrap().len(), 1);
+    let most = "n".repeat(idem_runtime::MAX_NOTE_BYTES);
+    rt.resolve(&key, Resolution::Abandon, &most).await.unwrap();
+    assert!(rt.escalations().await.unwrap().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
 async fn resolve_refuses_what_no_operator_decided() {
     let dir = TempDir::new().unwrap();
     let rt = open(dir.path());
