@@ -36,6 +36,9 @@ pub(crate) struct App {
     token: String,
     instance: String,
     stop: watch::Receiver<bool>,
+    /// The `Host` headers a request may carry (`None`: any, for a server
+    /// that allows remote clients behind a proxy).
+    hosts: Option<Vec<String>>,
     /// The latest committed operation of each tool, learned by reading the
     /// audit stream once and then only what is new.
     latest: tokio::sync::Mutex<Latest>,
@@ -57,17 +60,38 @@ impl App {
         token: String,
         instance: String,
         stop: watch::Receiver<bool>,
+        hosts: Option<Vec<String>>,
     ) -> App {
         App {
             operator,
             token,
             instance,
             stop,
+            hosts,
             latest: tokio::sync::Mutex::new(Latest::default()),
         }
     }
 
     pub(crate) async fn handle(&self, req: Request<Incoming>) -> Answer {
+        // DNS rebinding: a page on evil.example whose name now resolves to
+        // 127.0.0.1 reaches this port with its own name as the Host; only
+        // the names this server is reached by are served (the page and
+        // /healthz included).
+        if let Some(hosts) = &self.hosts {
+            let host = req
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("");
+            if !hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+                return error(
+                    StatusCode::MISDIRECTED_REQUEST,
+                    "bad_host",
+                    "this admin API answers only requests addressed to its loopback address \
+                     (Host: 127.0.0.1:PORT, localhost:PORT or [::1]:PORT)",
+                );
+            }
+        }
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         match path.as_str() {

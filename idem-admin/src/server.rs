@@ -22,6 +22,10 @@ use idem_journal::error::Error;
 /// Connections served at once; more wait in the kernel's backlog.
 const MAX_CONNECTIONS: usize = 256;
 
+/// How long a client may take to send a request's head: a client that
+/// opens connections and sends nothing holds a slot this long at most.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The running server, owned by the runtime: dropping it (when the last
 /// handle goes) stops the server and removes the address file.
 pub struct Running {
@@ -98,7 +102,19 @@ pub fn serve(
     };
     file.write(dir)?;
     let (shutdown, stop) = watch::channel(false);
-    let app = Arc::new(App::new(operator, token, instance, stop.clone()));
+    // Remote clients come through a proxy whose name is not known here.
+    let hosts = (!options.allow_remote).then(|| {
+        let port = local.port();
+        let mut hosts = vec![
+            format!("127.0.0.1:{port}"),
+            format!("localhost:{port}"),
+            format!("[::1]:{port}"),
+            connect.to_string(),
+        ];
+        hosts.dedup();
+        hosts
+    });
+    let app = Arc::new(App::new(operator, token, instance, stop.clone(), hosts));
     handle.spawn(accept_loop(listener, app, stop));
     tracing::info!(target: "idem::admin", %url, dir = %dir.display(), "admin API listening");
     Ok(Running {
@@ -166,7 +182,7 @@ async fn accept_loop(
             let mut builder = http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30));
+                .header_read_timeout(HEAD_TIMEOUT);
             let conn = builder.serve_connection(TokioIo::new(stream), service);
             tokio::select! {
                 result = conn => {

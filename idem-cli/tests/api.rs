@@ -72,6 +72,36 @@ async fn worker_with_token(dir: &std::path::Path) -> Worker {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_addressed_to_another_host_is_refused_dns_rebinding() {
+    let tmp = tempfile::tempdir().unwrap();
+    let worker = worker_with_token(&tmp.path().join("j")).await;
+    let api = Api::of(&worker.rt);
+    let port = api.url.rsplit(':').next().unwrap().to_string();
+    for (host, expected) in [
+        ("evil.example".to_string(), 421),
+        (format!("evil.example:{port}"), 421),
+        (format!("127.0.0.1:{port}"), 200),
+        (format!("localhost:{port}"), 200),
+    ] {
+        for path in ["/v1/escalations", "/healthz", "/"] {
+            let answer = api
+                .http
+                .get(format!("{}{path}", api.url))
+                .bearer_auth(TOKEN)
+                .header("host", &host)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status().as_u16(), expected, "{host} {path}");
+            if expected == 421 {
+                let body: Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
+                assert_eq!(body["error"], "bad_host", "{host} {path}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_but_healthz_and_the_page_needs_the_token() {
     let tmp = tempfile::tempdir().unwrap();
     let worker = worker_with_token(&tmp.path().join("j")).await;
