@@ -202,6 +202,24 @@ mod tests {
     }
 
     #[test]
+    fn waits_round_up_to_whole_ms_so_retry_after_stays_a_floor() {
+        assert_eq!(ceil_ms(Duration::ZERO), 0);
+        assert_eq!(ceil_ms(Duration::from_millis(2)), 2);
+        assert_eq!(ceil_ms(Duration::from_micros(1_500)), 2);
+        assert_eq!(ceil_ms(Duration::from_nanos(1)), 1);
+        // A delay with a fraction of a ms (jitter) sleeps past its end.
+        let mut m = ReadOnly::new();
+        let mut r = policy(3);
+        r.initial = Duration::from_micros(100_400);
+        let _ = m.step(&r, env(7), Input::Start);
+        let _ = m.step(&r, env(7), failed(Failure::not_sent()));
+        assert_eq!(
+            m.step(&r, env(7), Input::Appended),
+            Action::Sleep { until: 7 + 101 }
+        );
+    }
+
+    #[test]
     fn a_semantic_refusal_is_returned_at_once() {
         let (n, out) = drive(&policy(5), &[Failure::Semantic]);
         assert_eq!((n, out), (1, Outcome::Tool));
