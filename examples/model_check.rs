@@ -57,16 +57,8 @@ fn main() {
         let t = Instant::now();
         explore::explore(config, *depth, &mut report);
         println!(
-            "config {:>2}/{total}: {:?} {:?} max_attempts={} verify={} commit={:?} calls={} crashes={} faults={} depth={depth}: {} states in {:.1?}",
+            "config {:>2}/{total}: {config}; depth {depth}: {} states in {:.1?}",
             n + 1,
-            config.policy.class,
-            config.sharing,
-            config.policy.retry.max_attempts,
-            config.policy.verify,
-            config.policy.commit,
-            config.calls,
-            config.crashes,
-            config.faults,
             report.states - before,
             t.elapsed()
         );

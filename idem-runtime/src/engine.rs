@@ -33,7 +33,7 @@ use crate::unit::{self, Unit, Wrote};
 use idem_journal::audit::{Draft, EventKind};
 use idem_journal::codec;
 use idem_journal::error::Error;
-use idem_journal::journal::{ClaimChange, Durability, Expect, Held, Loaded, Space};
+use idem_journal::journal::{ClaimChange, Digest, Durability, Expect, Held, Loaded, Space};
 use idem_journal::key::IdemKey;
 use idem_journal::record::{self, Kind, OpRecord, State};
 
@@ -425,6 +425,24 @@ where
             .collect()
     }
 
+    /// The unit that carries out `op` on this call's record.
+    fn unit<'u>(&'u self, op: &WriteOp, digest: &'u Digest, body: &'u [u8]) -> Unit<'u> {
+        Unit {
+            space: Space::Ops,
+            key: digest,
+            expect: op.expect.map_or(Expect::Absent, Expect::Version),
+            body,
+            claim: match op.claim {
+                ClaimOp::Keep => ClaimChange::Keep,
+                ClaimOp::Take => ClaimChange::Take(&self.shared.owner),
+                ClaimOp::Release => ClaimChange::Release,
+            },
+            escalated: op.escalated,
+            durability: op.durability,
+            unread: op.unread,
+        }
+    }
+
     async fn write(&mut self, op: WriteOp) -> Input {
         self.began = tokio::time::Instant::now();
         match self.write_op(&op).await {
@@ -441,29 +459,8 @@ where
         // The events' key: the record's generation.
         let key = self.key.with_generation(op.rec.generation);
         let drafts = self.drafts(&key, op.events.clone());
-        let owner = &self.shared.owner;
-        let claim = match op.claim {
-            ClaimOp::Keep => ClaimChange::Keep,
-            ClaimOp::Take => ClaimChange::Take(owner),
-            ClaimOp::Release => ClaimChange::Release,
-        };
         let digest = *self.key.digest();
-        let wrote = unit::write(
-            self.shared,
-            Unit {
-                space: Space::Ops,
-                key: &digest,
-                expect: op.expect.map_or(Expect::Absent, Expect::Version),
-                body: &body,
-                claim,
-                escalated: op.escalated,
-                durability: op.durability,
-                unread: op.unread,
-            },
-            drafts,
-            true,
-        )
-        .await?;
+        let wrote = unit::write(self.shared, self.unit(op, &digest, &body), drafts, true).await?;
         Ok(match wrote {
             Wrote::Done { version, epoch } => {
                 if let Some(slot) = &self.slot {
@@ -503,22 +500,10 @@ where
                 let Ok(body) = record::encode(Kind::Op, &op.rec) else {
                     return Input::Removed(false);
                 };
-                let claim = match op.claim {
-                    ClaimOp::Keep => ClaimChange::Keep,
-                    _ => ClaimChange::Release,
-                };
+                // Its events are none: a revert records no decision.
                 let wrote = unit::write(
                     self.shared,
-                    Unit {
-                        space: Space::Ops,
-                        key: &digest,
-                        expect: op.expect.map_or(Expect::Absent, Expect::Version),
-                        body: &body,
-                        claim,
-                        escalated: false,
-                        durability: Durability::Immediate,
-                        unread: false,
-                    },
+                    self.unit(&op, &digest, &body),
                     Vec::new(),
                     true,
                 )

@@ -102,18 +102,7 @@ fn trace(
         i = parents[i as usize].0;
     }
     path.reverse();
-    let mut out = format!(
-        "VIOLATION: {why}\nconfiguration: {:?} {:?}, {} attempts, verify {}, commit {:?}; {} calls, {} crashes, {} faults, {} resolutions\n",
-        config.policy.class,
-        config.sharing,
-        config.policy.retry.max_attempts,
-        config.policy.verify,
-        config.policy.commit,
-        config.calls,
-        config.crashes,
-        config.faults,
-        config.resolutions
-    );
+    let mut out = format!("VIOLATION: {why}\nconfiguration: {config}\n");
     let mut world = World::new(config);
     for (n, k) in path.into_iter().enumerate() {
         let successors = world

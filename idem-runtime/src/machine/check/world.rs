@@ -49,6 +49,24 @@ pub struct Config {
     pub resolutions: u8,
 }
 
+impl std::fmt::Display for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} {:?}, {} attempts, verify {}, commit {:?}; {} calls, {} crashes, {} faults, {} resolutions",
+            self.policy.class,
+            self.sharing,
+            self.policy.retry.max_attempts,
+            self.policy.verify,
+            self.policy.commit,
+            self.calls,
+            self.crashes,
+            self.faults,
+            self.resolutions
+        )
+    }
+}
+
 impl Config {
     /// A tool of `class` with at most `max_attempts` attempts.
     pub fn tool(class: Class, max_attempts: u32, verify: bool, commit: Durability) -> Policy {
