@@ -237,6 +237,35 @@ async fn every_failed_write_before_the_intent_sync_means_no_call() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_retry_intent_that_happened_but_reported_failure_puts_the_record_back() {
+    // The second attempt's INTENT replaces a Waiting record and fails after
+    // the fact (EIO): the revert must put the Waiting record back, not
+    // remove it and not leave the INTENT, or the next call of this
+    // at_most_once tool finds an INTENT nobody drives and wakes an
+    // operator for an attempt that never reached the provider.
+    let dir = TempDir::new().unwrap();
+    let (rt, faulty) = faulty_runtime(dir.path());
+    // Writes: INTENT of attempt 1, Waiting after its refusal, INTENT of
+    // attempt 2.
+    faulty.fail_write(3, StorageFault::AppliedThenFailed);
+    let ctx = rt.run("run");
+    let t = tool("t", Class::AtMostOnce);
+    let p = Provider::new(&[Step::Refuse]);
+    let err = call(&ctx, t, &p, 1, "a", VerifyMode::None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ToolError::Journal(_)), "{err:?}");
+    assert_eq!(p.effects(), 0);
+    let op = rt.operation(&key(&ctx, t, 1)).await.unwrap().unwrap();
+    assert_eq!((op.state.as_str(), op.attempts), ("waiting", 1), "{op:?}");
+    assert_eq!(
+        call(&ctx, t, &p, 1, "a", VerifyMode::None).await.unwrap(),
+        "done:a"
+    );
+    assert_eq!(p.effects(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_intent_write_that_happened_but_reported_failure_is_undone() {
     // EIO after the change: the INTENT is in the journal although the write
     // said it failed. The provider is not called, and the INTENT is taken
