@@ -40,9 +40,10 @@ pub struct AddressFile {
     pub addr: std::net::SocketAddr,
     /// The serving process.
     pub pid: u32,
-    /// A random id of this start of the server; `GET /healthz` answers it,
-    /// so a client can tell the process that wrote the file from whatever
-    /// may listen on that port after it died.
+    /// A random id of this start of the server. A client asks the server
+    /// to prove it holds the token for this address and this id
+    /// ([`crate::proof`]) before it sends the token, so that whatever may
+    /// listen on the port after the process died never receives it.
     pub instance: String,
 }
 

@@ -2,7 +2,8 @@
 //!
 //! Always: the JSON the admin API speaks ([`wire`]) and the two files it
 //! keeps beside the journal ([`files`]: the bearer token and where the
-//! running process listens), which is all a client such as the `idem` CLI
+//! running process listens) and how a server proves it holds the token
+//! before a client sends it ([`proof`]), which is all a client such as the `idem` CLI
 //! needs. With feature `server`: the server itself ([`serve`]), its routes
 //! and the escalation inbox, serving any runtime through the [`Operator`]
 //! trait (the runtime implements it; `RuntimeBuilder::admin` starts it).
@@ -14,6 +15,7 @@ pub mod files;
 mod operator;
 #[cfg(feature = "server")]
 mod options;
+pub mod proof;
 pub mod wire;
 
 #[cfg(feature = "server")]

@@ -18,6 +18,7 @@ use crate::files::token_matches;
 use crate::follow::{self, From};
 use crate::inbox;
 use crate::operator::Operator;
+use crate::proof;
 use crate::wire::{
     ApiError, ExampleResult, OperationView, PruneView, ResolveRequest, Resolved, StatsView,
     ToolInfo,
@@ -35,6 +36,8 @@ pub(crate) struct App {
     operator: Arc<dyn Operator>,
     token: String,
     instance: String,
+    /// The address the server is bound to (what its proofs are bound to).
+    addr: std::net::SocketAddr,
     stop: watch::Receiver<bool>,
     /// The `Host` headers a request may carry (`None`: any, for a server
     /// that allows remote clients behind a proxy).
@@ -59,6 +62,7 @@ impl App {
         operator: Arc<dyn Operator>,
         token: String,
         instance: String,
+        addr: std::net::SocketAddr,
         stop: watch::Receiver<bool>,
         hosts: Option<Vec<String>>,
     ) -> App {
@@ -66,6 +70,7 @@ impl App {
             operator,
             token,
             instance,
+            addr,
             stop,
             hosts,
             latest: tokio::sync::Mutex::new(Latest::default()),
@@ -99,12 +104,7 @@ impl App {
             "/inbox.js" => return only_get(&method, || inbox::page(inbox::Asset::Js)),
             "/inbox.css" => return only_get(&method, || inbox::page(inbox::Asset::Css)),
             "/healthz" => {
-                return only_get(&method, || {
-                    json(
-                        StatusCode::OK,
-                        &serde_json::json!({"status": "ok", "instance": self.instance}),
-                    )
-                })
+                return only_get(&method, || self.health(req.uri().query().unwrap_or("")))
             }
             _ => {}
         }
@@ -176,7 +176,50 @@ impl App {
         }
     }
 
-    fn authorized(&self, req: &Request<Incoming>) -> bool {
+    /// `GET /healthz`: that the server runs and, given a client's
+    /// challenge, the proof that it holds the token (see [`crate::proof`]).
+    /// It says nothing else: neither the instance id nor the pid helps
+    /// anyone pose as this server.
+    fn health(&self, query: &str) -> Answer {
+        let param = |name: &str| {
+            query
+                .split('&')
+                .filter_map(|pair| pair.split_once('='))
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v)
+        };
+        let Some(challenge) = param(proof::CHALLENGE_PARAM) else {
+            return json(StatusCode::OK, &serde_json::json!({"status": "ok"}));
+        };
+        if !proof::is_challenge(challenge) {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "a challenge is 32 random bytes as 64 lowercase hex digits",
+            );
+        }
+        let binding = match param(proof::BIND_PARAM) {
+            None => proof::Binding::Server {
+                addr: self.addr,
+                instance: &self.instance,
+            },
+            Some("any") => proof::Binding::Any,
+            Some(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    "bind is `any` or absent (a proof of this server's address and instance)",
+                )
+            }
+        };
+        let answer = proof::prove(&self.token, challenge, binding);
+        json(
+            StatusCode::OK,
+            &serde_json::json!({"status": "ok", "proof": answer}),
+        )
+    }
+
+    pub(crate) fn authorized(&self, req: &Request<Incoming>) -> bool {
         let Some(value) = req.headers().get(header::AUTHORIZATION) else {
             return false;
         };

@@ -19,8 +19,16 @@ use crate::options::AdminOptions;
 use crate::routes::App;
 use idem_journal::error::Error;
 
-/// Connections served at once; more wait in the kernel's backlog.
+/// Connections that have sent the token, served at once; a connection
+/// whose request carries the right token waits for one of these slots.
 const MAX_CONNECTIONS: usize = 256;
+
+/// Connections that have not (yet) sent the token: new ones, and those
+/// that only ask for `/healthz`, the inbox page or are refused. When all
+/// are taken, a new connection closes the one that has waited longest, so
+/// idle or slow connections can never keep an operator's new connection
+/// (which sends its request at once) from being read.
+const MAX_UNAUTHENTICATED: usize = 128;
 
 /// How long a client may take to send a request's head: a client that
 /// opens connections and sends nothing holds a slot this long at most.
@@ -114,7 +122,14 @@ pub fn serve(
         hosts.dedup();
         hosts
     });
-    let app = Arc::new(App::new(operator, token, instance, stop.clone(), hosts));
+    let app = Arc::new(App::new(
+        operator,
+        token,
+        instance,
+        local,
+        stop.clone(),
+        hosts,
+    ));
     handle.spawn(accept_loop(listener, app, stop));
     tracing::info!(target: "idem::admin", %url, dir = %dir.display(), "admin API listening");
     Ok(Running {
@@ -154,6 +169,7 @@ async fn accept_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let waiting = Arc::new(Unauthenticated::default());
     loop {
         let accepted = tokio::select! {
             _ = stop.wait_for(|stopped| *stopped) => return,
@@ -168,17 +184,32 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
+        let (id, mut evicted) = waiting.admit();
+        let connection = Arc::new(Connection {
+            id,
+            slot: tokio::sync::Mutex::new(None),
+        });
         let app = app.clone();
+        let slots = slots.clone();
+        let waiting = waiting.clone();
         let mut stop = stop.clone();
         tokio::spawn(async move {
-            let _slot = slot;
-            let service = service_fn(move |req| {
-                let app = app.clone();
-                async move { Ok::<_, Infallible>(app.handle(req).await) }
-            });
+            let service = {
+                let connection = connection.clone();
+                let waiting = waiting.clone();
+                service_fn(move |req| {
+                    let app = app.clone();
+                    let connection = connection.clone();
+                    let slots = slots.clone();
+                    let waiting = waiting.clone();
+                    async move {
+                        if app.authorized(&req) {
+                            connection.promote(&slots, &waiting).await;
+                        }
+                        Ok::<_, Infallible>(app.handle(req).await)
+                    }
+                })
+            };
             let mut builder = http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
@@ -191,7 +222,72 @@ async fn accept_loop(
                     }
                 }
                 _ = stop.wait_for(|stopped| *stopped) => {}
+                // Closed to make room for a newer connection, while it has
+                // not sent the token (once it has, the sender is dropped:
+                // `Err`, and this branch is off).
+                Ok(()) = &mut evicted => {}
             }
+            waiting.leave(connection.id);
         });
+    }
+}
+
+/// One accepted connection: until a request of it carries the token it is
+/// among the [`Unauthenticated`]; then it holds one of the served slots.
+struct Connection {
+    id: u64,
+    slot: tokio::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+}
+
+impl Connection {
+    /// Moves it to a served slot (waiting for one), out of the
+    /// unauthenticated ones, where it can no longer be closed for room.
+    async fn promote(&self, slots: &Arc<Semaphore>, waiting: &Unauthenticated) {
+        let mut slot = self.slot.lock().await;
+        if slot.is_none() {
+            // The semaphore is never closed.
+            if let Ok(permit) = slots.clone().acquire_owned().await {
+                *slot = Some(permit);
+                waiting.leave(self.id);
+            }
+        }
+    }
+}
+
+/// The connections that have not sent the token, oldest first, each with
+/// the sender that closes it.
+#[derive(Default)]
+struct Unauthenticated {
+    inner: std::sync::Mutex<UnauthenticatedInner>,
+}
+
+#[derive(Default)]
+struct UnauthenticatedInner {
+    next: u64,
+    open: std::collections::BTreeMap<u64, tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Unauthenticated {
+    /// Counts a new connection in, closing the oldest one when all
+    /// [`MAX_UNAUTHENTICATED`] places are taken; returns its id and what
+    /// resolves when it is closed for room.
+    fn admit(&self) -> (u64, tokio::sync::oneshot::Receiver<()>) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        while inner.open.len() >= MAX_UNAUTHENTICATED {
+            if let Some((_, close)) = inner.open.pop_first() {
+                let _ = close.send(());
+            }
+        }
+        let id = inner.next;
+        inner.next += 1;
+        let (close, closed) = tokio::sync::oneshot::channel();
+        inner.open.insert(id, close);
+        (id, closed)
+    }
+
+    /// It sent the token, or ended.
+    fn leave(&self, id: u64) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.open.remove(&id);
     }
 }

@@ -32,7 +32,8 @@ Exit codes:
   3  the journal cannot be reached (no journal, held by a process without the admin
      API, the process does not answer, a database that cannot be reached or has no
      idem journal)
-  4  the admin API refused the token
+  4  the admin API refused the token, or did not prove that it holds it (then the
+     token is not sent)
 
 Errors go to stderr (as JSON with --json).";
 

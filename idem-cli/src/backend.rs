@@ -5,11 +5,11 @@
 use std::path::{Path, PathBuf};
 
 use idem_runtime::admin::{
-    AddressFile, OperationView, PruneView, ResolveRequest, Resolved, StatsView, ToolInfo,
+    proof, AddressFile, OperationView, PruneView, ResolveRequest, Resolved, StatsView, ToolInfo,
 };
 use idem_runtime::{AuditEvent, Escalation, IdemKey, Runtime};
 
-use crate::client::Client;
+use crate::client::{Client, Proof};
 use crate::error::{exit, CliError};
 
 /// What answers the commands.
@@ -67,15 +67,40 @@ impl Backend {
             }
         }
         let address = AddressFile::read(dir).map_err(|e| CliError::unreachable(e.to_string()))?;
+        // Why the address file did not lead to the process, for the error
+        // if the journal turns out to be held.
+        let mut not_there: Option<CliError> = None;
         if let Some(address) = &address {
-            // Who answers there first (no token needed), then the token.
-            let probe = Client::new(address.url.clone(), "")?;
-            if probe.is_instance(&address.instance).await {
-                let token = Client::token_for(dir)?;
-                return Ok(Backend::Remote(Client::new(address.url.clone(), token)?));
+            match loopback_url(address) {
+                Err(why) => {
+                    not_there = Some(CliError::unreachable(format!(
+                        "refusing {}: {why}",
+                        idem_runtime::admin::address_path(dir).display()
+                    )))
+                }
+                Ok(()) => match Client::token_for(dir) {
+                    Err(e) => not_there = Some(e),
+                    Ok(token) => {
+                        // Who answers there must prove it holds the token
+                        // for this address and this start before it is sent.
+                        let client = Client::new(address.url.clone(), token)?;
+                        let binding = proof::Binding::Server {
+                            addr: address.addr,
+                            instance: &address.instance,
+                        };
+                        match client.proves(binding).await {
+                            Proof::Proven => return Ok(Backend::Remote(client)),
+                            // The process that wrote it is gone (or
+                            // something else listens there now): the
+                            // journal may be free.
+                            Proof::NoAnswer(_) => {}
+                            Proof::Unproven(why) => {
+                                not_there = Some(crate::client::unproven(&address.url, &why))
+                            }
+                        }
+                    }
+                },
             }
-            // The process that wrote it is gone (or something else listens
-            // there now): the journal may be free.
         }
         let mut builder = Runtime::builder().path(dir);
         if let Some(keep) = keep {
@@ -91,6 +116,9 @@ impl Backend {
                     rt,
                     dir: dir.to_path_buf(),
                 })
+            }
+            Err(idem_runtime::Error::InUse { .. }) if not_there.is_some() => {
+                Err(not_there.expect("checked"))
             }
             Err(idem_runtime::Error::InUse { .. }) => Err(CliError::unreachable(format!(
                 "journal in use: {} is held by a process that does not serve the admin API{}",
@@ -425,4 +453,36 @@ async fn read_stream(
 
 fn parse_key(key: &str) -> Result<IdemKey, CliError> {
     IdemKey::parse(key).map_err(|e| CliError::runtime(&idem_runtime::Error::from(e)))
+}
+
+/// Whether the address file's URL is one this CLI calls: `http://` and the
+/// loopback address the file says the server is bound to (or, for a
+/// wildcard bind, loopback with its port). Anything else is refused: the
+/// token is not sent off this machine on a file's word.
+fn loopback_url(address: &AddressFile) -> Result<(), String> {
+    let Some(rest) = address.url.strip_prefix("http://") else {
+        return Err(format!(
+            "its URL {:?} is not http:// on loopback",
+            address.url
+        ));
+    };
+    let target: std::net::SocketAddr = rest
+        .trim_end_matches('/')
+        .parse()
+        .map_err(|_| format!("its URL {:?} is not http://IP:PORT", address.url))?;
+    if !target.ip().is_loopback() {
+        return Err(format!(
+            "its URL {:?} is not a loopback address (reach a remote admin API with --url)",
+            address.url
+        ));
+    }
+    let bound = address.addr;
+    let same_ip = bound.ip() == target.ip() || bound.ip().is_unspecified();
+    if !same_ip || bound.port() != target.port() {
+        return Err(format!(
+            "its URL {:?} does not match the address it says the server is bound to ({bound})",
+            address.url
+        ));
+    }
+    Ok(())
 }

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use idem_runtime::admin::{
-    ApiError, OperationView, PruneView, ResolveRequest, Resolved, StatsView, ToolInfo,
+    proof, ApiError, OperationView, PruneView, ResolveRequest, Resolved, StatsView, ToolInfo,
 };
 use idem_runtime::{AuditEvent, Escalation};
 use serde::de::DeserializeOwned;
@@ -13,6 +13,18 @@ use crate::error::{exit, CliError};
 
 /// How long a request other than a followed stream may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What a server said when asked to prove it holds the token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Proof {
+    /// It holds the token: the client may send it.
+    Proven,
+    /// Nothing answered, or not over HTTP (why).
+    NoAnswer(String),
+    /// Something answered without proving it holds the token (a wrong
+    /// token here, or something else on the port): why.
+    Unproven(String),
+}
 
 /// A connection to one admin API.
 #[derive(Debug, Clone)]
@@ -63,29 +75,45 @@ impl Client {
             })
     }
 
-    /// Whether the process at this URL is the one with this instance id
-    /// (from the address file): `GET /healthz`, which needs no token.
-    pub async fn is_instance(&self, instance: &str) -> bool {
-        let answer = self
+    /// Whether the server at this URL proves that it holds this client's
+    /// token, bound as `binding` says (see [`proof`]): `GET
+    /// /healthz?challenge=…`, which sends no token. Only after
+    /// [`Proof::Proven`] may the token be sent.
+    pub async fn proves(&self, binding: proof::Binding<'_>) -> Proof {
+        let challenge = match proof::challenge() {
+            Ok(c) => c,
+            Err(e) => return Proof::NoAnswer(format!("cannot draw a random challenge: {e}")),
+        };
+        let mut url = format!(
+            "{}/healthz?{}={challenge}",
+            self.url,
+            proof::CHALLENGE_PARAM
+        );
+        if binding == proof::Binding::Any {
+            url.push_str(&format!("&{}=any", proof::BIND_PARAM));
+        }
+        let answer = match self
             .http
-            .get(format!("{}/healthz", self.url))
+            .get(url)
             .timeout(Duration::from_secs(5))
             .send()
-            .await;
-        let Ok(answer) = answer else {
-            return false;
+            .await
+        {
+            Ok(answer) => answer,
+            Err(e) => return Proof::NoAnswer(e.to_string()),
         };
+        let status = answer.status();
         let Ok(bytes) = answer.bytes().await else {
-            return false;
+            return Proof::NoAnswer("the answer broke off".into());
         };
-        serde_json::from_slice::<serde_json::Value>(&bytes)
+        let presented = serde_json::from_slice::<serde_json::Value>(&bytes)
             .ok()
-            .and_then(|v| {
-                v.get("instance")
-                    .and_then(|i| i.as_str())
-                    .map(str::to_string)
-            })
-            .is_some_and(|i| i == instance)
+            .and_then(|v| v.get("proof")?.as_str().map(str::to_string));
+        match presented {
+            Some(p) if proof::verify(&self.token, &challenge, binding, &p) => Proof::Proven,
+            Some(_) => Proof::Unproven("its proof does not match this token".into()),
+            None => Proof::Unproven(format!("it answered {status} without a proof")),
+        }
     }
 
     /// `GET /v1/tools`.
@@ -242,6 +270,24 @@ impl Client {
             error
         }
     }
+}
+
+/// The error for a server that did not prove it holds the token.
+pub(crate) fn unproven(url: &str, why: &str) -> CliError {
+    CliError::new(
+        exit::UNAUTHORIZED,
+        "unproven",
+        format!(
+            "the admin API at {url} did not prove that it holds this token ({why}); \
+             the token was not sent"
+        ),
+    )
+    .hint(format!(
+        "either the token here is not the running process's (it comes from {} when set, \
+         else from the journal's {}), or something else answers on that port",
+        idem_runtime::admin::TOKEN_ENV,
+        idem_runtime::admin::TOKEN_FILE
+    ))
 }
 
 /// A key is letters, digits, `_` and `-` in practice; anything else is

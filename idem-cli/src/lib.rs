@@ -129,7 +129,21 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     idem_runtime::admin::TOKEN_ENV
                 ))
             })?;
-            Backend::Remote(Client::new(url.clone(), token)?)
+            let client = Client::new(url.clone(), token)?;
+            // Through a tunnel the server's own address is not known here:
+            // a proof of the challenge alone.
+            match client
+                .proves(idem_runtime::admin::proof::Binding::Any)
+                .await
+            {
+                client::Proof::Proven => Backend::Remote(client),
+                client::Proof::NoAnswer(why) => {
+                    return Err(CliError::unreachable(format!(
+                        "the admin API at {url} did not answer: {why}"
+                    )))
+                }
+                client::Proof::Unproven(why) => return Err(client::unproven(url, &why)),
+            }
         }
         (None, None, Some(dir)) => Backend::discover(dir, keep).await?,
         (None, None, None) => {

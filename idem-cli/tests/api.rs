@@ -440,3 +440,81 @@ async fn a_restart_replaces_the_address_and_keeps_the_generated_token() {
     let (status, _) = api.call("GET", "/v1/stats", Some(token.trim()), None).await;
     assert_eq!(status, 200);
 }
+
+/// Sends one request with the token on `stream` (kept alive) and reads the
+/// answer's status line and head.
+async fn request_on(stream: &mut tokio::net::TcpStream, host: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let request =
+        format!("GET /v1/stats HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {TOKEN}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 8192];
+    // The head, then as much of the body as content-length says.
+    loop {
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(
+            n > 0,
+            "the connection was closed: {:?}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length: usize = text[..end]
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length: ")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or(0);
+            if answer.len() >= end + 4 + length {
+                return text[..end].to_string();
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_never_keep_an_operator_waiting() {
+    use tokio::io::AsyncReadExt as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = open_with_token(&tmp.path().join("j"), TOKEN);
+    let addr = rt.admin_addr().unwrap();
+    let host = addr.to_string();
+    // An operator's connection that has sent the token, kept alive.
+    let mut operator = tokio::net::TcpStream::connect(addr).await.unwrap();
+    assert!(request_on(&mut operator, &host)
+        .await
+        .starts_with("HTTP/1.1 200"));
+
+    // 300 connections that send nothing (more than the 256 served slots
+    // and the 128 places for connections without the token).
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    // A new operator connection is read and answered at once, not after the
+    // 5 s the idle ones may take to send a head (the guard below is shorter).
+    let api = Api::of(&rt);
+    let answer = tokio::time::timeout(
+        Duration::from_secs(3),
+        api.call("GET", "/v1/stats", Some(TOKEN), None),
+    )
+    .await
+    .expect("an operator waited behind idle connections");
+    assert_eq!(answer.0, 200, "{answer:?}");
+    // The oldest idle connections were closed to make room: EOF at once.
+    let mut byte = [0u8; 1];
+    let first = tokio::time::timeout(Duration::from_secs(3), idle[0].read(&mut byte))
+        .await
+        .expect("the oldest idle connection is still open");
+    assert_eq!(first.unwrap(), 0);
+    // The connection that sent the token is never closed for room.
+    assert!(request_on(&mut operator, &host)
+        .await
+        .starts_with("HTTP/1.1 200"));
+    drop(idle);
+    drop(rt);
+}

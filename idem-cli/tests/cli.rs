@@ -85,7 +85,8 @@ async fn every_subcommand_against_a_running_worker() {
 
     let before = worker.events().await;
 
-    // A wrong token: 401, exit 4, nothing written.
+    // A wrong token: the worker cannot prove it holds it, so it is not
+    // sent; exit 4, nothing written.
     let refused = idem_env(
         &dir,
         &["--json", "resolve", &key, "--reissue", "--note", "x"],
@@ -93,7 +94,7 @@ async fn every_subcommand_against_a_running_worker() {
     )
     .await;
     let err = refused.json_error(4);
-    assert_eq!(err["error"], "unauthorized");
+    assert_eq!(err["error"], "unproven");
     assert_eq!(worker.events().await, before);
     assert_eq!(worker.rt.escalations().await.unwrap().len(), 1);
 

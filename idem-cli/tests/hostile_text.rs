@@ -121,7 +121,8 @@ async fn hostile_text_reaches_the_terminal_escaped() {
 }
 
 /// An admin API that refuses everything with `message` (a compromised or
-/// confused server, or one quoting a provider).
+/// confused server, or one quoting a provider), after proving that it holds
+/// the token `t` (so the CLI goes on to send its requests).
 async fn refusing_admin_api(message: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -144,8 +145,27 @@ async fn refusing_admin_api(message: &str) -> String {
                         Ok(n) => head.extend_from_slice(&buf[..n]),
                     }
                 }
+                let head = String::from_utf8_lossy(&head).to_string();
+                let path = head.split_whitespace().nth(1).unwrap_or("");
+                let (status, body) = match path
+                    .strip_prefix("/healthz?challenge=")
+                    .and_then(|rest| rest.strip_suffix("&bind=any"))
+                {
+                    Some(challenge) => {
+                        let proof = idem::admin::proof::prove(
+                            "t",
+                            challenge,
+                            idem::admin::proof::Binding::Any,
+                        );
+                        (
+                            "200 OK",
+                            serde_json::json!({"status": "ok", "proof": proof}).to_string(),
+                        )
+                    }
+                    None => ("404 Not Found", body),
+                };
                 let answer = format!(
-                    "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n\
+                    "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n\
                      content-length: {}\r\nconnection: close\r\n\r\n{body}",
                     body.len()
                 );

@@ -28,7 +28,7 @@
 //! | `GET /v1/audit?from=N` | the durable audit stream from `N` (or `end`) as JSON lines; `&limit=M` stops after `M`; `&follow=true` keeps streaming events as they become durable |
 //! | `POST /v1/prune` | [`Runtime::prune`](crate::Runtime::prune) ([`PruneView`]) |
 //! | `GET /v1/stats` | per-tool counts and the journal's size ([`StatsView`]) |
-//! | `GET /healthz` | `{"status":"ok","instance":…}`, without a token |
+//! | `GET /healthz` | `{"status":"ok"}`, without a token; with `?challenge=HEX`, also the proof that the server holds the token (see [`proof`]) |
 //! | `GET /` | the escalation inbox, a page for people (it asks for the token) |
 //!
 //! Every `/v1/` route needs `Authorization: Bearer TOKEN`. The token is
@@ -50,6 +50,7 @@
 pub use idem_admin::files::{
     address_path, token_path, AddressFile, ADDRESS_FILE, TOKEN_ENV, TOKEN_FILE,
 };
+pub use idem_admin::proof;
 pub use idem_admin::wire::{
     ApiError, ExampleResult, OperationView, PruneView, ResolveRequest, Resolved, RetryInfo,
     StatsView, ToolInfo,
