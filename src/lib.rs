@@ -427,6 +427,17 @@ pub use idem_mcp as mcp;
 /// keep rmcp's own `#[tool]` methods in another block. A method tool with
 /// neither a `name` nor such a block is a compile error.
 ///
+/// In a generic block (`impl<T> Store<T>`), one tool stands for every
+/// `Store<..>`: one name, one key space, one result type in the journal.
+/// So a tool's result may not name the block's type or const parameters
+/// (`Result<T, E>`, `Result<Vec<T>, E>`): under `#[tool] impl<T> ..` that is
+/// refused at `T`, saying to give each result type its own tool in a block
+/// that is not generic over it (`impl Store<Order> { .. get_order .. }`).
+/// Without `#[tool]` on the block the method's attribute cannot see the
+/// parameters, and rustc reports E0401 ("can't use generic parameters from
+/// outer item") at `T`: put `#[tool]` on the block for the explanation.
+/// Results that name none of them are fine in a generic block.
+///
 /// ```
 /// # use idem::{tool, Classify, Ctx, Failure, Runtime};
 /// # #[derive(Debug)] enum ApiError { Refused, Timeout, Rejected }

@@ -14,7 +14,7 @@ use syn::ext::IdentExt;
 use syn::{Attribute, ImplItem, ItemImpl, Meta, Type};
 
 use crate::parse::{Args, Value};
-use crate::validate::{Errors, IMPL_TYPE_ARG};
+use crate::validate::{Errors, IMPL_GENERICS_ARG, IMPL_TYPE_ARG};
 
 /// The block with its tool methods' attributes completed, and one
 /// `compile_error!` per problem: the methods are completed even when the
@@ -67,13 +67,25 @@ pub(crate) fn expand(args: TokenStream, mut block: ItemImpl) -> TokenStream {
         }
     };
 
+    // The block's own type and const parameters (not lifetimes: a result
+    // cannot borrow anyway), which no tool's result may name.
+    let generics: Vec<String> = block
+        .generics
+        .params
+        .iter()
+        .filter_map(|g| match g {
+            syn::GenericParam::Type(t) => Some(t.ident.unraw().to_string()),
+            syn::GenericParam::Const(c) => Some(c.ident.unraw().to_string()),
+            syn::GenericParam::Lifetime(_) => None,
+        })
+        .collect();
     let mut tools = 0;
     for item in &mut block.items {
         let ImplItem::Fn(method) = item else { continue };
         for attr in &mut method.attrs {
             if is_tool_attr(attr) {
                 tools += 1;
-                complete(attr, &type_name, krate.as_ref());
+                complete(attr, &type_name, &generics, krate.as_ref());
             }
         }
     }
@@ -146,9 +158,15 @@ fn is_tool_attr(attr: &Attribute) -> bool {
         })
 }
 
-/// Adds the type's name (and the block's `crate`, unless the method gives
-/// its own) to a method's `#[tool(...)]`.
-fn complete(attr: &mut Attribute, type_name: &str, krate: Option<&TokenStream>) {
+/// Adds the type's name, the block's type and const parameters (when it
+/// has any) and the block's `crate` (unless the method gives its own) to a
+/// method's `#[tool(...)]`.
+fn complete(
+    attr: &mut Attribute,
+    type_name: &str,
+    generics: &[String],
+    krate: Option<&TokenStream>,
+) {
     let path = attr.path().clone();
     let existing = match &attr.meta {
         Meta::List(list) => list.tokens.clone(),
@@ -168,5 +186,12 @@ fn complete(attr: &mut Attribute, type_name: &str, krate: Option<&TokenStream>) 
         Some(k) if !has_crate => quote!(, crate = #k),
         _ => TokenStream::new(),
     };
-    attr.meta = syn::parse_quote!(#path(#existing #sep #hidden = #type_name #krate));
+    let generics = if generics.is_empty() {
+        TokenStream::new()
+    } else {
+        let names = generics.join(",");
+        let hidden = syn::Ident::new(IMPL_GENERICS_ARG, Span::call_site());
+        quote!(, #hidden = #names)
+    };
+    attr.meta = syn::parse_quote!(#path(#existing #sep #hidden = #type_name #generics #krate));
 }

@@ -191,6 +191,33 @@ fn a_method_needs_its_type_in_its_name() {
     assert_eq!(tool.name, "mail", "an explicit name wins");
 }
 
+#[test]
+fn a_result_naming_the_blocks_parameters_is_refused() {
+    let item = |ret: TokenStream| quote!(async fn get(&self, ctx: &Ctx, id: u64) -> Result<#ret, E> { todo!() });
+    let args = quote!(
+        class = "provider",
+        key = "id",
+        __impl_type = "Store",
+        __impl_generics = "T,N"
+    );
+    for ret in [
+        quote!(T),
+        quote!(Vec<T>),
+        quote!([u8; N]),
+        quote!((u8, Option<T>)),
+    ] {
+        let errs = errors(args.clone(), item(ret.clone()));
+        assert_eq!(errs.len(), 1, "{ret}: {errs:?}");
+        assert!(
+            errs[0].contains("cannot be the `impl` block's parameter"),
+            "{ret}: {errs:?}"
+        );
+    }
+    for ret in [quote!(u64), quote!(a::T), quote!(Tx), quote!(Vec<String>)] {
+        model(args.clone(), item(ret));
+    }
+}
+
 /// Runs `#[tool]` on an impl block, then validates each completed method
 /// attribute as the inner expansion will.
 fn names_in_impl(args: TokenStream, block: TokenStream) -> Vec<String> {

@@ -55,6 +55,12 @@ const ARGS: &[&str] = &[
 /// accepted arguments (users write `#[tool]` on the block instead).
 pub(crate) const IMPL_TYPE_ARG: &str = "__impl_type";
 
+/// Set by `#[tool]` on a generic `impl` block on each of its tool methods:
+/// the block's type and const parameters, comma-separated, so that a result
+/// type naming one is refused with what to write instead (the attribute on
+/// a method cannot see the block's parameters otherwise).
+pub(crate) const IMPL_GENERICS_ARG: &str = "__impl_generics";
+
 const RETRY_ARGS: &[&str] = &[
     "max_attempts",
     "initial",
@@ -244,6 +250,7 @@ struct Raw {
     destructive: Option<(Ident, Value)>,
     krate: Option<(Ident, Value)>,
     impl_type: Option<(Ident, Value)>,
+    impl_generics: Option<(Ident, Value)>,
 }
 
 /// Checks the arguments against the function and builds the [`Tool`].
@@ -272,6 +279,7 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
             "destructive" => &mut raw.destructive,
             "crate" => &mut raw.krate,
             IMPL_TYPE_ARG => &mut raw.impl_type,
+            IMPL_GENERICS_ARG => &mut raw.impl_generics,
             _ => {
                 suggested.extend(closest(&text, ARGS.iter().copied()));
                 errors.at(name.span(), unknown("argument", &text, ARGS, "#[tool]"));
@@ -311,6 +319,25 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         .as_ref()
         .and_then(|(_, value)| value.as_str())
         .map(|s| s.value());
+    if let (Some(ok), Some((_, value))) = (&shape.ok, &raw.impl_generics) {
+        let generics = value.as_str().map(|s| s.value()).unwrap_or_default();
+        let generics: Vec<&str> = generics.split(',').filter(|g| !g.is_empty()).collect();
+        if let Some(used) = names_one_of(ok, &generics) {
+            let ty_name = impl_type.as_deref().unwrap_or("Type");
+            errors.at(
+                used.span(),
+                format!(
+                    "a tool's result cannot be the `impl` block's parameter `{used}`: the \
+                     tool is one name, one key space and one result type in the journal for \
+                     every `{ty_name}<..>`, so a result recorded for one `{used}` would be \
+                     replayed as another, and no result check can be registered for it; give \
+                     each result type its own tool in a block that is not generic over it, \
+                     e.g. `#[idem::tool] impl {ty_name}<Order> {{ #[tool(...)] async fn \
+                     get_order(&self, ctx: &Ctx, ..) -> Result<Order, E> {{ .. }} }}`"
+                ),
+            );
+        }
+    }
     let fn_name = item.sig.ident.unraw().to_string();
     let tool_name = match &raw.name {
         None => match &impl_type {
@@ -1433,4 +1460,33 @@ pub(crate) fn ends(tokens: &impl ToTokens) -> (Span, Span) {
     let first = iter.next().map_or_else(Span::call_site, |t| t.span());
     let last = iter.last().map_or(first, |t| t.span());
     (first, last)
+}
+
+/// The first identifier of `ty` that is one of `names` (a path of one
+/// segment: `T`, `Vec<T>`'s `T`, `[u8; N]`'s `N`; not `T` in `a::T`).
+fn names_one_of(ty: &Type, names: &[&str]) -> Option<Ident> {
+    fn walk(tokens: TokenStream, names: &[&str]) -> Option<Ident> {
+        let mut after_colons = false;
+        let mut found = None;
+        for t in tokens {
+            match t {
+                proc_macro2::TokenTree::Ident(i) => {
+                    if !after_colons && found.is_none() && names.iter().any(|n| i == n) {
+                        found = Some(i);
+                    }
+                    after_colons = false;
+                }
+                proc_macro2::TokenTree::Punct(p) => after_colons = p.as_char() == ':',
+                proc_macro2::TokenTree::Group(g) => {
+                    after_colons = false;
+                    if found.is_none() {
+                        found = walk(g.stream(), names);
+                    }
+                }
+                proc_macro2::TokenTree::Literal(_) => after_colons = false,
+            }
+        }
+        found
+    }
+    walk(ty.to_token_stream(), names)
 }
