@@ -53,6 +53,9 @@ pub enum Kind {
     Meta = 0x4d,
     /// A journal's checkpoint file (`'C'`).
     Checkpoint = 0x43,
+    /// Where a journal's log was durable when it was last closed cleanly
+    /// (`'L'`).
+    LogEnd = 0x4c,
 }
 
 impl Kind {
@@ -63,6 +66,7 @@ impl Kind {
             Kind::Step => "step record",
             Kind::Meta => "journal metadata",
             Kind::Checkpoint => "journal checkpoint",
+            Kind::LogEnd => "journal log end",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The sled journal's directory and its own small files: `idem-meta` (what the directory is,
-//! written once, before anything else) and `idem-checkpoint` (what sled
-//! held at the last checkpoint). Both are replaced atomically: written to a
+//! written once, before anything else), `idem-checkpoint` (what sled
+//! held at the last checkpoint) and `idem-log-end` (how far the log was
+//! durable at the last clean close). Both are replaced atomically: written to a
 //! temporary name, fsynced, renamed, and the directory fsynced.
 
 use std::fs;
@@ -15,6 +16,7 @@ use idem_journal::record::{self, Kind};
 
 pub(super) const META: &str = "idem-meta";
 pub(super) const CHECKPOINT: &str = "idem-checkpoint";
+pub(super) const LOG_END: &str = "idem-log-end";
 
 pub(super) const MAGIC: &str = "idem-journal";
 /// Version of the journal's directory format written by this build.
@@ -49,6 +51,18 @@ impl Checkpoint {
             count: self.count,
         }
     }
+}
+
+/// How far the write-ahead log was durable when the journal was last
+/// closed cleanly: every unit below `next_lsn` had been acknowledged at a
+/// barrier. A log that ends before it lost acknowledged units (a cut that
+/// would otherwise read as a torn tail), and is refused as damaged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct LogEnd {
+    /// The segment that was being written.
+    pub gen: u64,
+    /// One past the last durable unit's lsn.
+    pub next_lsn: u64,
 }
 
 /// Reads and decodes one of the files; `None` if it does not exist.
@@ -86,9 +100,16 @@ const ADMIN: [&str; 2] = ["idem-admin-token", "idem-admin-addr"];
 
 /// Whether a file name is one of these files (or their temporaries).
 pub(super) fn is_own(name: &str) -> bool {
-    [META, CHECKPOINT, crate::image::IMAGE, ADMIN[0], ADMIN[1]]
-        .iter()
-        .any(|f| name == *f || name.strip_suffix(".tmp") == Some(f))
+    [
+        META,
+        CHECKPOINT,
+        LOG_END,
+        crate::image::IMAGE,
+        ADMIN[0],
+        ADMIN[1],
+    ]
+    .iter()
+    .any(|f| name == *f || name.strip_suffix(".tmp") == Some(f))
 }
 
 /// Files sled 0.34 keeps in its directory.

@@ -236,6 +236,27 @@ impl SledJournal {
             }
         };
         let units = read_log(&path, &segments, &checkpoint)?;
+        // A log that ends before the end the last clean close recorded lost
+        // units that were acknowledged: damage, never a torn tail.
+        if let Some(end) = files::read::<files::LogEnd>(&path, files::LOG_END, Kind::LogEnd)? {
+            let found = units.last().map_or(checkpoint.next_lsn, |u| u.lsn + 1);
+            if found < end.next_lsn {
+                let newest = segments.last().map_or(end.gen, |s| s.0);
+                return Err(Error::Damaged {
+                    file: wal::segment_path(&path, newest),
+                    offset: None,
+                    detail: format!(
+                        "the write-ahead log ends before unit {} (its last readable unit is {}), \
+                         but every unit before {} was durable when the journal was last closed \
+                         ({}): acknowledged writes are missing, so the end cannot be a torn tail",
+                        end.next_lsn - 1,
+                        found.saturating_sub(1),
+                        end.next_lsn,
+                        files::LOG_END
+                    ),
+                });
+            }
+        }
         let last_gen = segments
             .last()
             .map_or(checkpoint.gen, |s| s.0)
@@ -604,10 +625,22 @@ impl Drop for SledJournal {
         // Eventual writes wait in memory for a barrier; a clean close is
         // one. An error here (a broken log, a full disk) is reported, and
         // the next open recovers from what is durable.
-        if let Err(e) = store.barrier_blocking() {
+        let synced = store.barrier_blocking();
+        if let Err(e) = &synced {
             tracing::warn!(target: "idem::journal", location = %self.location, error = %e, "closing: the last writes could not be made durable");
         }
         store.join_checkpointer();
+        if synced.is_ok() {
+            // Where the log is durable now: the next open refuses a log that
+            // ends before it (acknowledged units lost to a cut), instead of
+            // reading the cut as a torn tail. Written after the barrier, so
+            // it never names a unit that is not on disk.
+            let (gen, next_lsn) = store.durable_end();
+            let end = files::LogEnd { gen, next_lsn };
+            if let Err(e) = files::write(&self.path, files::LOG_END, Kind::LogEnd, &end) {
+                tracing::warn!(target: "idem::journal", location = %self.location, error = %e, "closing: could not record where the log ends");
+            }
+        }
         store.stop_imaging();
         // A flusher on the blocking pool holds the store (and through it
         // sled): wait until it has let go.
@@ -716,6 +749,55 @@ mod tests {
             after > next,
             "after a reopen the stream restarted at {after}"
         );
+    }
+
+    #[test]
+    fn a_log_cut_after_a_clean_close_is_damage_not_a_torn_tail() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let write_twenty = |dir: &Path| {
+            let j = SledJournal::open(dir).unwrap();
+            for i in 0..20u8 {
+                let (key, body) = ([i; 32], [i; 64]);
+                let w = Write {
+                    key: &key,
+                    ..put(Expect::Absent, &body, &[])
+                };
+                assert!(matches!(block(j.write(w)).unwrap(), Written::Done { .. }));
+            }
+            // A clean close.
+            drop(j);
+        };
+        let cut_newest_in_half = |dir: &Path| {
+            let (_, newest) = wal::segments(dir).unwrap().pop().unwrap();
+            let len = fs::metadata(&newest).unwrap().len();
+            fs::OpenOptions::new()
+                .write(true)
+                .open(&newest)
+                .unwrap()
+                .set_len(len / 2)
+                .unwrap();
+        };
+        write_twenty(dir.path());
+        cut_newest_in_half(dir.path());
+        let before = snapshot(dir.path());
+        let err = SledJournal::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, Error::Damaged { detail, .. } if detail.contains("acknowledged writes are missing")),
+            "{err}"
+        );
+        assert_eq!(snapshot(dir.path()), before, "a refused open changed files");
+
+        // Without a clean close (a crash: no end recorded since), the same
+        // cut is a torn tail: dropped, and what precedes it stays.
+        let crashed = tempfile::TempDir::new().unwrap();
+        write_twenty(crashed.path());
+        fs::remove_file(crashed.path().join(files::LOG_END)).unwrap();
+        cut_newest_in_half(crashed.path());
+        let j = SledJournal::open(crashed.path()).unwrap();
+        let kept = (0..20u8)
+            .filter(|i| block(j.load(Space::Ops, &[*i; 32])).unwrap().is_some())
+            .count();
+        assert!((1..20).contains(&kept), "{kept} of 20 kept");
     }
 
     /// Every file of a directory with its bytes.

@@ -713,6 +713,13 @@ impl Store {
     }
 
     /// [`Store::barrier`] for callers outside async code.
+    /// The segment being written and one past the last durable unit's
+    /// lsn (for the log end a clean close records).
+    pub(super) fn durable_end(&self) -> (u64, u64) {
+        let st = self.lock();
+        (st.gen, st.durable_lsn + 1)
+    }
+
     pub(super) fn barrier_blocking(self: &Arc<Self>) -> Result<(), Error> {
         let (tx, rx) = std::sync::mpsc::channel();
         if self.enqueue(Waiter::Blocking(tx)) {

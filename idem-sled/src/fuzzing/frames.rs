@@ -22,7 +22,7 @@ use std::fmt::Debug;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::files::{Checkpoint, Meta, FORMAT, MAGIC};
+use crate::files::{Checkpoint, LogEnd, Meta, FORMAT, MAGIC};
 use idem_journal::audit::{self as stored, Draft};
 use idem_journal::error::Error;
 use idem_journal::key::IdemKey;
@@ -39,12 +39,13 @@ pub enum Outcome {
 
 /// The frame kinds, in the order the selector byte of [`record()`] picks
 /// them.
-const KINDS: [Kind; 5] = [
+const KINDS: [Kind; 6] = [
     Kind::Op,
     Kind::Step,
     Kind::Event,
     Kind::Meta,
     Kind::Checkpoint,
+    Kind::LogEnd,
 ];
 
 /// Selector bit of [`record()`]: the harness writes the right kind byte and
@@ -54,7 +55,8 @@ pub const FIX_FRAME: u8 = 0x80;
 /// The record decoder (`record::decode`) for every kind of frame.
 ///
 /// Input: `[selector][frame]`; `selector & 0x7f` picks the kind (modulo
-/// 5: operation, step, audit event, journal metadata, checkpoint), and
+/// 6: operation, step, audit event, journal metadata, checkpoint, log
+/// end), and
 /// [`FIX_FRAME`] makes the harness write the kind byte and the checksum.
 ///
 /// Properties: no panic; a refusal is `Corrupt` or `RecordVersion`, never
@@ -79,7 +81,7 @@ pub fn record(data: &[u8]) -> Outcome {
             }
         }),
         Kind::Event => event(&frame),
-        Kind::Meta | Kind::Checkpoint => file_frame(kind, &frame),
+        Kind::Meta | Kind::Checkpoint | Kind::LogEnd => file_frame(kind, &frame),
     }
 }
 
@@ -360,6 +362,7 @@ pub(crate) fn key_seeds() -> Vec<(String, Vec<u8>)> {
 fn file_frame(kind: Kind, frame: &[u8]) -> Outcome {
     match kind {
         Kind::Meta => frame_round_trip::<Meta>(kind, frame, |_| {}),
+        Kind::LogEnd => frame_round_trip::<LogEnd>(kind, frame, |_| {}),
         _ => frame_round_trip::<Checkpoint>(kind, frame, |c| {
             let _ = c.digest();
         }),
@@ -392,6 +395,20 @@ fn file_seeds() -> Vec<(String, Vec<u8>)> {
             framed_input(
                 Kind::Checkpoint,
                 record::encode(Kind::Checkpoint, &checkpoint).expect("encodes"),
+            ),
+        ),
+        (
+            "log_end".into(),
+            framed_input(
+                Kind::LogEnd,
+                record::encode(
+                    Kind::LogEnd,
+                    &LogEnd {
+                        gen: 4,
+                        next_lsn: 78,
+                    },
+                )
+                .expect("encodes"),
             ),
         ),
     ]

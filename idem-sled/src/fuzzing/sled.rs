@@ -483,6 +483,9 @@ fn make_snapshot() -> Snapshot {
         );
     }
     drop(j);
+    // What that clean close recorded of the log's end.
+    let first_end =
+        std::fs::read(dir.join(crate::files::LOG_END)).expect("a clean close records the log end");
     // Written after it: in the log only.
     let j = crate::journal::SledJournal::open(&dir).expect("the journal reopens");
     for i in 5..=7 {
@@ -494,6 +497,10 @@ fn make_snapshot() -> Snapshot {
         );
     }
     drop(j);
+    // The second process died instead (its writes durable, its close not
+    // recorded): the log end is still the first close's, so a cut of the
+    // newest segment is a torn tail, as a crash leaves it.
+    std::fs::write(dir.join(crate::files::LOG_END), &first_end).expect("restore the log end");
     let files = read_files(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     let (newest, segment) = files
