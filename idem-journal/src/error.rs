@@ -38,6 +38,20 @@ pub enum Error {
         /// The journal directory.
         path: PathBuf,
     },
+    /// Another live process works under this worker id on the shared
+    /// journal. Two would take each other's calls over forever (each takes
+    /// the other for its own dead predecessor), so the second is refused
+    /// before it claims anything.
+    #[error(
+        "worker id `{worker}` is in use: another live process holds it on {location}; give \
+         each process its own id (RuntimeBuilder::worker_id), or stop the other one first"
+    )]
+    WorkerInUse {
+        /// The worker id.
+        worker: String,
+        /// The journal's location.
+        location: String,
+    },
     /// The directory exists but is not an idem journal; nothing was written.
     #[error("{path} is not an idem journal ({detail}); refusing to touch it")]
     NotAJournal {

@@ -78,6 +78,8 @@ pub struct PostgresJournal {
     pub(crate) durable_floor: AtomicU64,
     /// The highest sequence number this process's writes were given.
     pub(crate) last_seq: AtomicU64,
+    /// The worker ids this journal claims for, one live process each.
+    pub(crate) identities: crate::identity::Identities,
 }
 
 impl std::fmt::Debug for PostgresJournal {
@@ -257,6 +259,7 @@ impl PostgresJournal {
                 .await
                 .map_err(pg("read the database's clock", &location))?;
         }
+        let identities = crate::identity::Identities::new(config.clone(), location.clone());
         let (listener, listening) = listen::Listener::start(config, clock.clone());
         Ok(PostgresJournal {
             pool,
@@ -269,6 +272,7 @@ impl PostgresJournal {
             async_pending: AtomicBool::new(false),
             durable_floor: AtomicU64::new(0),
             last_seq: AtomicU64::new(0),
+            identities,
         })
     }
 
@@ -288,6 +292,14 @@ impl PostgresJournal {
         drop(client);
         let _ = task.await;
         out
+    }
+
+    /// Takes `owner`'s worker id for this process, as its first claim
+    /// would: refused with [`Error::WorkerInUse`] while another live
+    /// process holds it (`Runtime::builder().postgres(..).connect()` calls
+    /// this, so that a second process under one id fails at start).
+    pub async fn hold_worker_id(&self, owner: &Owner) -> Result<(), Error> {
+        self.identities.ensure(owner).await
     }
 
     /// The options it was opened with.
@@ -339,6 +351,9 @@ impl PostgresJournal {
     }
 
     async fn write_now(&self, w: &Write<'_>) -> Result<Written, Error> {
+        if let ClaimChange::Take(owner) = &w.claim {
+            self.identities.ensure(owner).await?;
+        }
         let sql = match w.expect {
             Expect::Absent => [INSERT, WRITE_TAIL].concat(),
             Expect::Version(_) => [UPDATE, WRITE_TAIL].concat(),
@@ -361,6 +376,9 @@ impl PostgresJournal {
     /// another transaction after that is not in it, and comes back as
     /// `Exists(None)`, which the engine reads again).
     async fn claim_now(&self, w: &Write<'_>) -> Result<Claimed, Error> {
+        if let ClaimChange::Take(owner) = &w.claim {
+            self.identities.ensure(owner).await?;
+        }
         let sql = [INSERT, CLAIM_TAIL].concat();
         let row = self.execute(w, &sql).await?.ok_or_else(|| {
             Error::storage(

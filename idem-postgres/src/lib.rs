@@ -57,6 +57,7 @@
 
 mod clock;
 mod events;
+mod identity;
 mod journal;
 mod listen;
 mod rows;

@@ -190,10 +190,15 @@ impl RuntimeBuilder {
                     .into(),
             ));
         }
-        let journal =
-            crate::journal::PostgresJournal::connect_with(&url, &self.postgres_options).await?;
-        self.journal = Some(Arc::new(journal));
-        self.open()
+        let journal = Arc::new(
+            crate::journal::PostgresJournal::connect_with(&url, &self.postgres_options).await?,
+        );
+        self.journal = Some(journal.clone());
+        let rt = self.open()?;
+        // One live process per worker id: a second one is refused here,
+        // before it claims anything.
+        journal.hold_worker_id(&rt.shared.owner).await?;
+        Ok(rt)
     }
 
     /// Opens the journal and starts the runtime.

@@ -455,3 +455,51 @@ async fn expired_claims_are_listed_and_rows_being_written_are_skipped() {
     assert!(expired.is_empty(), "{expired:?}");
     tx.rollback().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_live_process_under_one_worker_id_is_refused() {
+    let server = PgServer::shared();
+    let url = server.create_database().unwrap();
+    let connect = |id: &'static str| {
+        let url = url.clone();
+        async move {
+            Runtime::builder()
+                .postgres(url)
+                .worker_id(id)
+                .connect()
+                .await
+        }
+    };
+    let first = connect("pod-7").await.expect("the first pod-7");
+    // Another process (its own connections) under the same id: refused at
+    // connect, before it claims anything.
+    match connect("pod-7").await {
+        Err(Error::WorkerInUse { worker, location }) => {
+            assert_eq!(worker, "pod-7");
+            assert!(location.starts_with("postgres://"), "{location}");
+        }
+        other => panic!("a second live pod-7 was accepted: {other:?}"),
+    }
+    // A journal handed to a runtime by hand is held at its first claim.
+    let journal = Arc::new(PostgresJournal::connect(&url).await.unwrap());
+    let owner = Owner {
+        worker: Arc::from("pod-7"),
+        incarnation: 99,
+    };
+    let err = journal
+        .claim(put(Expect::Absent, b"c", ClaimChange::Take(&owner)))
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, Error::WorkerInUse { .. }), "{err}");
+    assert!(
+        journal.load(Space::Ops, &K).await.unwrap().is_none(),
+        "the refused claim wrote"
+    );
+    // Other ids are free.
+    let other = connect("pod-8").await.expect("pod-8");
+    // Once the first process is gone, its id is free (at once: its
+    // session's end releases it).
+    drop(first);
+    let again = connect("pod-7").await.expect("pod-7 after the first ended");
+    drop((again, other));
+}
