@@ -28,8 +28,11 @@ use idem_journal::journal::Owner;
 const SETTLE: Duration = Duration::from_secs(2);
 const RETRY: Duration = Duration::from_millis(50);
 
+/// The `application_name` of the sessions that hold worker ids.
+pub const APPLICATION_NAME: &str = "idem worker id";
+
 /// The lock key of worker id `worker`: FNV-1a over a prefix and the id.
-pub(crate) fn lock_key(worker: &str) -> i64 {
+pub fn lock_key(worker: &str) -> i64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in b"idem-worker\0".iter().chain(worker.as_bytes()) {
         h ^= u64::from(*b);
@@ -60,7 +63,10 @@ pub(crate) struct Identities {
 }
 
 impl Identities {
-    pub(crate) fn new(config: tokio_postgres::Config, location: String) -> Identities {
+    pub(crate) fn new(mut config: tokio_postgres::Config, location: String) -> Identities {
+        // Named, so that an operator looking at pg_stat_activity sees what
+        // the idle session is for.
+        config.application_name(APPLICATION_NAME);
         Identities {
             config,
             location,

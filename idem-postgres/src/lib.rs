@@ -58,6 +58,8 @@
 mod clock;
 mod events;
 mod identity;
+#[doc(hidden)]
+pub use identity::{lock_key as worker_lock_key, APPLICATION_NAME as WORKER_ID_APPLICATION_NAME};
 mod journal;
 mod listen;
 mod rows;

@@ -503,3 +503,79 @@ async fn a_second_live_process_under_one_worker_id_is_refused() {
     let again = connect("pod-7").await.expect("pod-7 after the first ended");
     drop((again, other));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_whose_worker_id_was_taken_while_it_was_cut_off_claims_nothing_more() {
+    let server = PgServer::shared();
+    let url = server.create_database().unwrap();
+    let journal = PostgresJournal::connect(&url).await.unwrap();
+    let owner = Owner {
+        worker: Arc::from("pod-9"),
+        incarnation: 1,
+    };
+    journal.hold_worker_id(&owner).await.unwrap();
+    // Another process queues for the id; the session holding it is cut off
+    // (as a database restart or a network fault does): the queued one gets
+    // the id before this journal's session can take it back.
+    let other = raw(&url).await;
+    let key = idem_postgres::worker_lock_key("pod-9");
+    let queued = tokio::spawn(async move {
+        other
+            .query_one("SELECT pg_advisory_lock($1)", &[&key])
+            .await
+            .unwrap();
+        other
+    });
+    let admin = raw(&url).await;
+    // Wait (bounded) until the other session waits for the lock, then cut
+    // this journal's holder off.
+    for _ in 0..1000 {
+        let waiting: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let cut: i64 = admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = $1",
+            &[&idem_postgres::WORKER_ID_APPLICATION_NAME],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(cut, 1);
+    let _holder = queued.await.unwrap();
+    // This journal reconnects, finds the id taken and refuses every claim
+    // from then on (bounded wait for its reconnect; claims meanwhile are
+    // on keys of their own).
+    let mut refused = None;
+    for i in 0..2000u32 {
+        let mut key = [0u8; 32];
+        key[..4].copy_from_slice(&i.to_le_bytes());
+        let w = Write {
+            key: &key,
+            ..put(Expect::Absent, b"c", ClaimChange::Take(&owner))
+        };
+        match journal.claim(w).await {
+            Ok(_) => tokio::task::yield_now().await,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let refused = refused.expect("the superseded journal went on claiming");
+    assert!(
+        matches!(&refused, Error::WorkerInUse { worker, .. } if worker == "pod-9"),
+        "{refused}"
+    );
+}
