@@ -179,13 +179,27 @@
 
 #![warn(missing_docs)]
 
-// The runtime's whole public API. A glob rather than a list on purpose:
-// the runtime's feature-gated modules (`admin`) are re-exported whenever
-// the runtime is built with them, which is how the examples and tests
-// reach `idem::admin` (a dev-dependency turns the runtime's feature on; a
-// package cannot turn on its own). The runtime's root is itself an
-// explicit list (idem-runtime/src/lib.rs).
-pub use idem_runtime::*;
+// The public API, item by item: what is not listed here is not idem's API,
+// whatever the crates below it export (a semver fence; the runtime's own
+// root is an explicit list too, and `.ci/run` checks the surface against
+// `public-api.txt`).
+pub use idem_runtime::{
+    dispatch, tool_schemas, tools, ArgSchema, AuditEvent, BoxFuture, Class, Classify, Clock, Ctx,
+    DispatchError, Error, Escalation, EventKind, Failure, IdemKey, Journal, KeyEncoder, KeyPart,
+    LandedCheck, ManualClock, OnDrift, Operation, Owner, PruneReport, Resolution, ResolutionView,
+    RetryPolicy, Runtime, RuntimeBuilder, Stats, Subscription, SubscriptionError, SystemClock,
+    ToolDescriptor, ToolError, ToolSchema, ToolSet, ToolStats, Toolbox, Verdict, KEY_VERSION,
+    MAX_ARGS_BYTES, MAX_NOTE_BYTES,
+};
+#[cfg(feature = "postgres")]
+pub use idem_runtime::{PostgresJournal, PostgresOptions};
+#[cfg(feature = "sled")]
+pub use idem_runtime::{SledJournal, SledOptions};
+
+/// The journal interface, for those who write a backend of their own or
+/// read records below the runtime: the `Journal` trait, its records,
+/// writes and claims.
+pub use idem_runtime::journal;
 
 /// The admin API a running process serves to operators, with the
 /// escalation inbox (feature `admin`): see `RuntimeBuilder::admin`.

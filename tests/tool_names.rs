@@ -6,19 +6,11 @@
 use idem::__private::{inventory, RegisteredTool};
 use idem::{Class, Error, Runtime, ToolDescriptor};
 
-static MAIL_SEND: ToolDescriptor = ToolDescriptor {
-    module_path: "app::mail",
-    file: "src/mail.rs",
-    line: 12,
-    ..ToolDescriptor::new("send", Class::Provider)
-};
+static MAIL_SEND: ToolDescriptor =
+    ToolDescriptor::new("send", Class::Provider).defined_at("app::mail", "src/mail.rs", 12);
 
-static SMS_SEND: ToolDescriptor = ToolDescriptor {
-    module_path: "app::sms",
-    file: "src/sms.rs",
-    line: 30,
-    ..ToolDescriptor::new("send", Class::Journal)
-};
+static SMS_SEND: ToolDescriptor =
+    ToolDescriptor::new("send", Class::Journal).defined_at("app::sms", "src/sms.rs", 30);
 
 inventory::submit! { RegisteredTool(&MAIL_SEND) }
 inventory::submit! { RegisteredTool(&SMS_SEND) }

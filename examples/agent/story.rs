@@ -274,6 +274,8 @@ pub fn phrase(kind: &EventKind) -> String {
         EventKind::Refused { reason } => format!("refused: {reason}"),
         EventKind::StepRecorded => "step recorded".into(),
         EventKind::StepReplayed => "step replayed".into(),
+        // Kinds a later idem adds.
+        other => format!("{other:?}"),
     }
 }
 

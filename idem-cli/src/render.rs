@@ -417,6 +417,8 @@ fn event_text(kind: &EventKind) -> String {
         EventKind::Refused { reason } => format!("refused: {reason}"),
         EventKind::StepRecorded => "step recorded".into(),
         EventKind::StepReplayed => "step replayed".into(),
+        // A kind newer than this renderer (the enum grows): its JSON form.
+        other => serde_json::to_string(other).unwrap_or_else(|_| format!("{other:?}")),
     }
 }
 

@@ -33,6 +33,7 @@ pub struct AuditEvent {
 /// What an [`AuditEvent`] records.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EventKind {
     /// A new operation (or a new generation of one) was journaled.
     Intent {
@@ -158,6 +159,7 @@ impl AuditEvent {
 
 /// Per-tool counts derived from the audit stream.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolStats {
     /// Calls made: new operations, replays, recoveries, refusals, and
     /// read-only calls of this process.
@@ -186,6 +188,7 @@ pub struct ToolStats {
 
 /// Statistics for every tool seen in the audit stream.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Stats {
     /// Per tool name.
     pub tools: BTreeMap<String, ToolStats>,

@@ -11,6 +11,7 @@ use crate::record::{self, OpRecord, State};
 
 /// An operation parked for a human, with its evidence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Escalation {
     /// The operation's key (current generation), as the provider saw it.
     pub key: IdemKey,
@@ -67,6 +68,7 @@ impl Resolution {
 /// One operation as the journal has it (for operators: `GET /v1/ops/{key}`,
 /// `idem show`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Operation {
     /// The operation's key (current generation).
     pub key: IdemKey,

@@ -361,33 +361,29 @@ fn descriptor(
     // than the attribute's.
     // (`line!()` follows its tokens' expansion context up to the first
     // root one, so the tokens take the name's context, not just its place.)
-    let here = quote_spanned!(fn_ident.span()=> ::core::file!(), line: ::core::line!());
+    let here = quote_spanned!(fn_ident.span()=> ::core::file!(), ::core::line!());
     let statik = format_ident!("__IDEM_TOOL", span = Span::mixed_site());
     let guard = name_guard(name, fn_ident.span());
     quote! {
         {
-            static #statik: #p::ToolDescriptor = #p::ToolDescriptor {
-                name: #name,
-                class: #p::Class::#class,
-                key_fields: &[#(#key_fields),*],
-                dedupe_window: #window,
-                retry: #p::RetryPolicy {
+            static #statik: #p::ToolDescriptor = #p::ToolDescriptor::new(#name, #p::Class::#class)
+                .with_key_fields(&[#(#key_fields),*])
+                .with_dedupe_window(#window)
+                .with_retry(#p::RetryPolicy {
                     max_attempts: #max_attempts,
                     initial: #initial,
                     backoff: #backoff,
                     max_interval: #max_interval,
                     max_elapsed: #max_elapsed,
                     jitter: #jitter,
-                },
-                timeout: #timeout,
-                on_drift: #p::OnDrift::#on_drift,
-                redact: &[#(#redact),*],
-                verify: #verify,
-                check_landed: #check_landed,
-                commit: #p::Durability::Immediate,
-                module_path: ::core::module_path!(),
-                file: #here,
-            };
+                })
+                .with_timeout(#timeout)
+                .with_on_drift(#p::OnDrift::#on_drift)
+                .with_redact(&[#(#redact),*])
+                .with_verify(#verify)
+                .with_check_landed(#check_landed)
+                .with_commit(#p::Durability::Immediate)
+                .defined_at(::core::module_path!(), #here);
             #p::inventory::submit! { #p::RegisteredTool(&#statik) }
             #guard
             &#statik

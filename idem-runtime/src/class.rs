@@ -13,7 +13,12 @@ pub type LandedCheck = fn(&serde_json::Value) -> Result<Vec<u8>, String>;
 
 /// Everything idem knows about one tool, fixed at compile time by
 /// `#[tool]`. Every tool in a binary is listed by [`tools`].
+///
+/// It grows with idem (`#[non_exhaustive]`): build one with
+/// [`ToolDescriptor::new`] and the `with_*` methods (all `const`, so the
+/// result can be a `static`), as `#[tool]` does.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct ToolDescriptor {
     /// Stable tool id; part of every key.
     pub name: &'static str,
@@ -72,6 +77,73 @@ impl ToolDescriptor {
             file: "",
             line: 0,
         }
+    }
+
+    /// With these key fields, in key order.
+    pub const fn with_key_fields(mut self, key_fields: &'static [&'static str]) -> Self {
+        self.key_fields = key_fields;
+        self
+    }
+
+    /// With this dedupe window (provider class).
+    pub const fn with_dedupe_window(mut self, window: Duration) -> Self {
+        self.dedupe_window = window;
+        self
+    }
+
+    /// With this retry policy.
+    pub const fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// With this per-attempt timeout.
+    pub const fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// With this drift policy.
+    pub const fn with_on_drift(mut self, on_drift: OnDrift) -> Self {
+        self.on_drift = on_drift;
+        self
+    }
+
+    /// With these arguments never written to the journal.
+    pub const fn with_redact(mut self, redact: &'static [&'static str]) -> Self {
+        self.redact = redact;
+        self
+    }
+
+    /// With the `verify` function's path as written.
+    pub const fn with_verify(mut self, verify: Option<&'static str>) -> Self {
+        self.verify = verify;
+        self
+    }
+
+    /// With this check of an operator's `Landed` result.
+    pub const fn with_check_landed(mut self, check: Option<LandedCheck>) -> Self {
+        self.check_landed = check;
+        self
+    }
+
+    /// With this durability of the COMMITTED record.
+    pub const fn with_commit(mut self, commit: Durability) -> Self {
+        self.commit = commit;
+        self
+    }
+
+    /// Defined at this module, file and line.
+    pub const fn defined_at(
+        mut self,
+        module_path: &'static str,
+        file: &'static str,
+        line: u32,
+    ) -> Self {
+        self.module_path = module_path;
+        self.file = file;
+        self.line = line;
+        self
     }
 }
 

@@ -54,7 +54,7 @@ pub use journal::{Journal, Owner};
 pub use journal::{PostgresJournal, PostgresOptions};
 #[cfg(feature = "sled")]
 pub use journal::{SledJournal, SledOptions};
-pub use key::{Args, KeyBuilder, KeyEncoder, KeyPart, KEY_VERSION};
+pub use key::{KeyEncoder, KeyPart, KEY_VERSION};
 pub use machine::policy::MAX_ARGS_BYTES;
 pub use retry::RetryPolicy;
 pub use runtime::MAX_NOTE_BYTES;
@@ -72,7 +72,7 @@ pub mod __private {
     };
     pub use crate::dispatch::{BoxFuture, DispatchError};
     pub use crate::engine::{call, call_read_only, call_with, ErrorHooks};
-    pub use crate::key::Args;
+    pub use crate::key::{Args, KeyBuilder};
     pub use crate::retry::RetryPolicy;
     pub use crate::{Ctx, ToolError, Verdict};
     pub use core::time::Duration;
@@ -82,7 +82,7 @@ pub mod __private {
     pub use serde;
     pub use serde_json;
 
-    use crate::{Classify, IdemKey, KeyBuilder, KeyPart};
+    use crate::{Classify, IdemKey, KeyPart};
 
     /// Starts the key of a call of `tool` under `ctx` (root run, scope).
     pub fn key(ctx: &Ctx, tool: &'static ToolDescriptor) -> KeyBuilder {
@@ -118,11 +118,11 @@ pub mod __private {
     /// The preferred capture: through serde.
     pub trait CaptureSerialize {
         /// Records the argument.
-        fn capture(&self, args: &mut crate::Args, name: &str);
+        fn capture(&self, args: &mut crate::key::Args, name: &str);
     }
 
     impl<T: serde::Serialize + ?Sized> CaptureSerialize for &Capture<'_, T> {
-        fn capture(&self, args: &mut crate::Args, name: &str) {
+        fn capture(&self, args: &mut crate::key::Args, name: &str) {
             args.serialized(name, self.0);
         }
     }
@@ -130,11 +130,11 @@ pub mod __private {
     /// The fallback capture: type name only.
     pub trait CaptureOpaque {
         /// Records the argument.
-        fn capture(&self, args: &mut crate::Args, name: &str);
+        fn capture(&self, args: &mut crate::key::Args, name: &str);
     }
 
     impl<T: ?Sized> CaptureOpaque for &&Capture<'_, T> {
-        fn capture(&self, args: &mut crate::Args, name: &str) {
+        fn capture(&self, args: &mut crate::key::Args, name: &str) {
             args.opaque(name, std::any::type_name::<T>());
         }
     }

@@ -1128,7 +1128,7 @@ async fn redacted_arguments_never_reach_the_journal() {
     let ctx = rt.run("run");
     let t = tool("t", Class::AtMostOnce);
     let p = Provider::new(&[Step::LandThenTimeout]);
-    let mut a = idem_runtime::Args::new();
+    let mut a = idem_runtime::__private::Args::new();
     a.serialized("order", &1u64);
     a.redacted("card");
     let secret = "4242424242424242";

@@ -413,7 +413,7 @@ async fn measure(
     calls: Arc<Mutex<u32>>,
 ) -> Result<Measurement, ToolError<TestError>> {
     static T: ToolDescriptor = ToolDescriptor::new("measure", Class::Journal);
-    let mut a = idem_runtime::Args::new();
+    let mut a = idem_runtime::__private::Args::new();
     a.serialized("payload", &payload);
     let attempt = move |_c: Ctx| {
         let (value, calls) = (value.clone(), calls.clone());

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[allow(unused_imports)]
-use idem_runtime::__private::{self, Capture, CaptureOpaque as _, CaptureSerialize as _};
+use idem_runtime::__private::{self, Args, Capture, CaptureOpaque as _, CaptureSerialize as _};
 use idem_runtime::{
-    Args, Class, Classify, Ctx, EventKind, Failure, IdemKey, OnDrift, RetryPolicy, Runtime,
+    Class, Classify, Ctx, EventKind, Failure, IdemKey, OnDrift, RetryPolicy, Runtime,
     ToolDescriptor, ToolError, Verdict,
 };
 use tokio::sync::watch;

@@ -499,7 +499,7 @@ mod crate_override {
                 use crate::crate_override::{CLASSIFY_CHECKS, KEYS};
                 use std::sync::atomic::Ordering;
 
-                pub fn key(ctx: &Ctx, tool: &'static ToolDescriptor) -> ::idem::KeyBuilder {
+                pub fn key(ctx: &Ctx, tool: &'static ToolDescriptor) -> ::idem::__private::KeyBuilder {
                     KEYS.fetch_add(1, Ordering::SeqCst);
                     ::idem::__private::key(ctx, tool)
                 }
