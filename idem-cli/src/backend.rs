@@ -32,14 +32,9 @@ pub enum Backend {
     },
 }
 
-/// Tools as a journal opened directly knows them: only by name.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ToolName {
-    /// The tool's name, as its audit events carry it.
-    pub name: String,
-    /// Calls counted in the audit stream.
-    pub calls: u64,
-}
+// What a journal opened directly knows of its tools is shown by `render`,
+// which defines it; commands reach it here.
+pub use crate::render::ToolName;
 
 impl Backend {
     /// Finds the process serving the journal in `dir`, or opens the journal

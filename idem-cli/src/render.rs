@@ -15,7 +15,14 @@ use std::fmt::Write as _;
 use idem_runtime::admin::{OperationView, PruneView, Resolved, StatsView, ToolInfo};
 use idem_runtime::{AuditEvent, Escalation, EventKind};
 
-use crate::backend::ToolName;
+/// Tools as a journal opened directly knows them: only by name.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ToolName {
+    /// The tool's name, as its audit events carry it.
+    pub name: String,
+    /// Calls counted in the audit stream.
+    pub calls: u64,
+}
 
 /// Text that came from outside this program, made safe to print on a
 /// terminal: every control character (C0 such as `\n`, `\r`, ESC and BEL,

@@ -31,7 +31,8 @@ use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::{FnArg, GenericArgument, ItemFn, Pat, PathArguments, ReturnType, Type};
 
-use crate::validate::{ends, impl_trait_as_infer, Class, Tool, Verify};
+use crate::model::{Class, Tool, Verify};
+use crate::types::{ends, impl_trait_as_infer};
 
 /// A local of the wrapper: mixed-site hygiene makes it invisible to the
 /// user's tokens and keeps it from resolving to a user's binding.

@@ -13,8 +13,9 @@ use quote::{quote, ToTokens};
 use syn::ext::IdentExt;
 use syn::{Attribute, ImplItem, ItemImpl, Meta, Type};
 
+use crate::errors::Errors;
 use crate::parse::{Args, Value};
-use crate::validate::{Errors, IMPL_GENERICS_ARG, IMPL_TYPE_ARG};
+use crate::validate::{IMPL_GENERICS_ARG, IMPL_TYPE_ARG};
 
 /// The block with its tool methods' attributes completed, and one
 /// `compile_error!` per problem: the methods are completed even when the

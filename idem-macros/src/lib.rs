@@ -12,15 +12,27 @@
 //! method is then expanded on its own. `dispatch` writes each tool's JSON
 //! dispatcher and argument schema: next to a free function, and after the
 //! block for methods (only the block knows their type).
+//!
+//! `validate` is split by concern: the attribute's arguments and their
+//! cross-checks (`validate`), the function's shape (`signature`), questions
+//! about types (`types`), which signatures can be dispatched (`eligible`),
+//! the collected errors (`errors`) and what a validated tool is (`model`).
+//! The arrows point one way: `model`, `types` and `errors` depend on
+//! nothing here; `expand`, `dispatch` and `impl_block` read the model.
 
 #![warn(missing_docs)]
 
 mod dispatch;
 mod duration;
+mod eligible;
+mod errors;
 mod expand;
 mod impl_block;
+mod model;
 mod parse;
+mod signature;
 mod suggest;
+mod types;
 mod validate;
 
 use proc_macro::TokenStream;

@@ -9,8 +9,10 @@ use std::time::Duration;
 use proc_macro2::TokenStream;
 use quote::{quote, ToTokens};
 
+use crate::model::{Class, Tool};
 use crate::parse::Args;
-use crate::validate::{self, contains_impl_trait, impl_trait_as_infer, Class, Tool};
+use crate::types::{contains_impl_trait, impl_trait_as_infer};
+use crate::validate;
 
 fn model(args: TokenStream, item: TokenStream) -> Tool {
     match try_model(args, item) {
@@ -52,7 +54,10 @@ fn first_impl(out: TokenStream) -> syn::ItemImpl {
     let file: syn::File = syn::parse2(out).expect("items come out");
     match file.items.into_iter().next() {
         Some(syn::Item::Impl(block)) => block,
-        other => panic!("an impl block comes first, not {other:?}"),
+        other => panic!(
+            "an impl block comes first, not {}",
+            other.map_or_else(|| "nothing".into(), |i| i.to_token_stream().to_string())
+        ),
     }
 }
 
@@ -449,7 +454,7 @@ fn non_functions_are_refused() {
 /// `dispatch = true` error shows.
 #[test]
 fn dispatchers_are_generated_only_where_the_signature_allows_one() {
-    use crate::dispatch::fn_ineligible;
+    use crate::eligible::fn_ineligible;
     let why = |args: TokenStream, item: TokenStream| {
         let func: syn::ItemFn = syn::parse2(item.clone()).unwrap();
         let tool = model(args, item);

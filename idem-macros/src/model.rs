@@ -1,0 +1,137 @@
+//! What a validated `#[tool]` is: the class, the tool with its key fields,
+//! verify and retry, and the parts of the function the wrapper is built
+//! from. `validate` builds it; `expand`, `dispatch` and `eligible` read it.
+
+use std::time::Duration;
+
+use proc_macro2::Span;
+use syn::{Ident, Member, Type};
+
+/// The four classes, as written in `class = "..."`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Class {
+    ReadOnly,
+    Provider,
+    Journal,
+    AtMostOnce,
+}
+
+pub(crate) const CLASSES: &[(&str, Class)] = &[
+    ("read_only", Class::ReadOnly),
+    ("provider", Class::Provider),
+    ("journal", Class::Journal),
+    ("at_most_once", Class::AtMostOnce),
+];
+
+impl Class {
+    pub(crate) fn name(self) -> &'static str {
+        CLASSES
+            .iter()
+            .find(|(_, c)| *c == self)
+            .map_or("", |(n, _)| n)
+    }
+
+    pub(crate) fn is_journaled(self) -> bool {
+        self != Class::ReadOnly
+    }
+
+    /// "a provider", "an at_most_once": for messages.
+    pub(crate) fn with_article(self) -> String {
+        let name = self.name();
+        let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
+        format!("{article} {name}")
+    }
+}
+
+/// A validated tool: everything `expand` needs, nothing left to check.
+pub(crate) struct Tool {
+    pub(crate) krate: syn::Path,
+    pub(crate) name: String,
+    pub(crate) class: Class,
+    pub(crate) key: Vec<KeyField>,
+    pub(crate) verify: Verify,
+    pub(crate) dedupe_window: Duration,
+    pub(crate) retry: Retry,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) on_drift_reject: bool,
+    pub(crate) redact: Vec<String>,
+    /// Whether a JSON dispatcher is generated (see `crate::dispatch`).
+    pub(crate) dispatch: Dispatch,
+    /// Where `dispatch` was written, for errors about it.
+    pub(crate) dispatch_span: Option<Span>,
+    /// `schema = path`: the arguments' schema, replacing the generated one.
+    pub(crate) schema: Option<syn::Path>,
+    /// `destructive = ...`.
+    pub(crate) destructive: Option<bool>,
+    pub(crate) shape: Shape,
+}
+
+/// `dispatch = ...`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dispatch {
+    /// Not given: a dispatcher where the types allow one.
+    Auto,
+    /// `dispatch = true`: required; its absence is a compile error.
+    Required,
+    /// `dispatch = false`: none.
+    Off,
+}
+
+/// One entry of `key`: a parameter and an optional field path under it.
+pub(crate) struct KeyField {
+    pub(crate) text: String,
+    /// Index into `Shape::params`.
+    pub(crate) param: usize,
+    pub(crate) members: Vec<Member>,
+    /// The `key` literal, where a field path's errors belong.
+    pub(crate) span: Span,
+}
+
+pub(crate) enum Verify {
+    /// Not a journal tool.
+    Absent,
+    /// `verify = "none"`.
+    Disabled,
+    Path(syn::Path),
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Retry {
+    pub(crate) max_attempts: u32,
+    pub(crate) initial: Duration,
+    pub(crate) backoff: f64,
+    pub(crate) max_interval: Duration,
+    pub(crate) max_elapsed: Option<Duration>,
+    pub(crate) jitter: bool,
+}
+
+/// The parts of the function the wrapper is built from.
+pub(crate) struct Shape {
+    pub(crate) method: bool,
+    /// The `self` token of the receiver, for a method.
+    pub(crate) receiver: Option<Span>,
+    pub(crate) ctx: Option<CtxParam>,
+    pub(crate) params: Vec<Param>,
+    /// `T` and `E` of the returned `Result<T, E>`.
+    pub(crate) ok: Option<Type>,
+    pub(crate) err: Option<Type>,
+}
+
+pub(crate) struct CtxParam {
+    /// `None` for `_: &Ctx`.
+    pub(crate) ident: Option<Ident>,
+    pub(crate) ty: Type,
+}
+
+pub(crate) struct Param {
+    pub(crate) ident: Ident,
+    pub(crate) mutable: bool,
+    pub(crate) ty: Type,
+    /// The parameter's `#[cfg(...)]` attributes: every statement the
+    /// wrapper writes about it is configured like the parameter itself.
+    pub(crate) cfg: Vec<syn::Attribute>,
+}
