@@ -75,9 +75,7 @@ fn dispatcher(tool: &Tool, attrs: &[Attribute], callee: Callee<'_>) -> TokenStre
     let krate = &tool.krate;
     let p = quote!(#krate::__private);
     let shape = &tool.shape;
-    let (Some(ok), Some(err)) = (&shape.ok, &shape.err) else {
-        return TokenStream::new();
-    };
+    let (ok, err) = (&shape.ok, &shape.err);
     let name = &tool.name;
     let params = &shape.params;
     let json_names: Vec<String> = params.iter().map(|p| p.ident.unraw().to_string()).collect();
@@ -304,7 +302,7 @@ fn tool_span(tool: &Tool) -> Span {
 
 /// The dispatcher of a free function, or nothing.
 pub(crate) fn free(tool: &Tool, sig: &Signature, attrs: &[Attribute]) -> TokenStream {
-    if tool.dispatch == Dispatch::Off || fn_ineligible(sig, &tool.shape, false).is_some() {
+    if tool.dispatch == Dispatch::Off || fn_ineligible(sig, tool.shape.view(), false).is_some() {
         return TokenStream::new();
     }
     dispatcher(tool, attrs, Callee::Free(&sig.ident))
@@ -336,7 +334,8 @@ pub(crate) fn methods(block: &ItemImpl, tools: &[(Tool, &ImplItemFn)]) -> TokenS
     let block_cfgs = cfgs(&block.attrs);
     let mut out = TokenStream::new();
     for (tool, method) in tools {
-        if tool.dispatch == Dispatch::Off || fn_ineligible(&method.sig, &tool.shape, true).is_some()
+        if tool.dispatch == Dispatch::Off
+            || fn_ineligible(&method.sig, tool.shape.view(), true).is_some()
         {
             continue;
         }

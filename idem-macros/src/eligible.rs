@@ -8,12 +8,12 @@ use proc_macro2::{Ident, TokenStream};
 use quote::ToTokens;
 use syn::{ItemImpl, Signature, Type};
 
-use crate::model::Shape;
+use crate::model::View;
 use crate::types::contains_impl_trait;
 
 /// Why a tool with this signature cannot have a dispatcher, if it cannot.
 /// (For a method, what its block must allow is checked by the block.)
-pub(crate) fn fn_ineligible(sig: &Signature, shape: &Shape, in_block: bool) -> Option<String> {
+pub(crate) fn fn_ineligible(sig: &Signature, shape: View<'_>, in_block: bool) -> Option<String> {
     if shape.method && !in_block {
         return Some(
             "a method tool is registered for dispatch by `#[tool]` on its `impl` block, which \
@@ -29,7 +29,7 @@ pub(crate) fn fn_ineligible(sig: &Signature, shape: &Shape, in_block: bool) -> O
     }
     // The dispatcher passes an `&idem::Ctx`; a context written otherwise
     // (or wrongly) is left to the wrapper's own error.
-    let ctx_is_ctx = shape.ctx.as_ref().is_some_and(|c| match &c.ty {
+    let ctx_is_ctx = shape.ctx.is_some_and(|c| match &c.ty {
         Type::Reference(r) => {
             matches!(&*r.elem, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Ctx"))
         }
@@ -42,8 +42,8 @@ pub(crate) fn fn_ineligible(sig: &Signature, shape: &Shape, in_block: bool) -> O
         .params
         .iter()
         .map(|p| &p.ty)
-        .chain(shape.ok.as_ref())
-        .chain(shape.err.as_ref());
+        .chain(shape.ok)
+        .chain(shape.err);
     for ty in types {
         if contains_impl_trait(ty) {
             return Some(format!(

@@ -44,9 +44,7 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
     let krate = &tool.krate;
     let p = quote!(#krate::__private);
     let shape = &tool.shape;
-    let (Some(ctx), Some(ok), Some(err)) = (&shape.ctx, &shape.ok, &shape.err) else {
-        unreachable!("validate() only returns a Tool for a complete signature")
-    };
+    let (ctx, ok, err) = (&shape.ctx, &shape.ok, &shape.err);
 
     // Next to a free function, its JSON dispatcher (a method's comes from
     // its `impl` block); computed on the signature as the user wrote it.
@@ -67,12 +65,8 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
     let (inner_attrs, outer_attrs): (Vec<_>, Vec<_>) = attrs
         .into_iter()
         .partition(|a| matches!(a.style, syn::AttrStyle::Inner(_)));
-    let user_ret = match &sig.output {
-        ReturnType::Type(_, ty) => (**ty).clone(),
-        ReturnType::Default => unreachable!("validated: returns Result<T, E>"),
-    };
     // The body's output type, with any `impl Trait` left to inference.
-    let body_ret = impl_trait_as_infer(&user_ret);
+    let body_ret = impl_trait_as_infer(&shape.ret);
 
     // The outer signature: `mut` belongs to the per-attempt copies, not to
     // the parameters the wrapper only reads; `_: &Ctx` needs a name.

@@ -109,16 +109,84 @@ pub(crate) struct Retry {
     pub(crate) jitter: bool,
 }
 
-/// The parts of the function the wrapper is built from.
+/// The parts of the function the wrapper is built from, of a function
+/// that passed every check: nothing in it is missing.
 pub(crate) struct Shape {
     pub(crate) method: bool,
     /// The `self` token of the receiver, for a method.
     pub(crate) receiver: Option<Span>,
+    pub(crate) ctx: CtxParam,
+    pub(crate) params: Vec<Param>,
+    /// The returned `Result<T, E>` as written, and its `T` and `E`.
+    pub(crate) ret: Type,
+    pub(crate) ok: Type,
+    pub(crate) err: Type,
+}
+
+/// What `signature` made out of a function, as far as it could even when
+/// something is wrong (a missing context, a result that is not
+/// `Result<T, E>`): what the other checks look at. A complete one becomes
+/// the [`Shape`].
+pub(crate) struct Parts {
+    pub(crate) method: bool,
+    pub(crate) receiver: Option<Span>,
     pub(crate) ctx: Option<CtxParam>,
     pub(crate) params: Vec<Param>,
-    /// `T` and `E` of the returned `Result<T, E>`.
+    pub(crate) ret: Option<Type>,
     pub(crate) ok: Option<Type>,
     pub(crate) err: Option<Type>,
+}
+
+impl Parts {
+    /// The shape, when nothing is missing.
+    pub(crate) fn complete(self) -> Option<Shape> {
+        let (Some(ctx), Some(ret), Some(ok), Some(err)) = (self.ctx, self.ret, self.ok, self.err)
+        else {
+            return None;
+        };
+        Some(Shape {
+            method: self.method,
+            receiver: self.receiver,
+            ctx,
+            params: self.params,
+            ret,
+            ok,
+            err,
+        })
+    }
+
+    /// What the dispatch rules look at.
+    pub(crate) fn view(&self) -> View<'_> {
+        View {
+            method: self.method,
+            ctx: self.ctx.as_ref(),
+            params: &self.params,
+            ok: self.ok.as_ref(),
+            err: self.err.as_ref(),
+        }
+    }
+}
+
+impl Shape {
+    /// What the dispatch rules look at.
+    pub(crate) fn view(&self) -> View<'_> {
+        View {
+            method: self.method,
+            ctx: Some(&self.ctx),
+            params: &self.params,
+            ok: Some(&self.ok),
+            err: Some(&self.err),
+        }
+    }
+}
+
+/// The parts of a function (complete or not) the dispatch rules judge.
+pub(crate) struct View<'a> {
+    pub(crate) method: bool,
+    pub(crate) ctx: Option<&'a CtxParam>,
+    pub(crate) params: &'a [Param],
+    pub(crate) ok: Option<&'a Type>,
+    pub(crate) err: Option<&'a Type>,
 }
 
 pub(crate) struct CtxParam {

@@ -1,17 +1,17 @@
 //! The function under the attribute: what it must look like (async, a
-//! `&Ctx`, `Result<T, E>`, no `&mut self`, ...), and its [`Shape`], made out
+//! `&Ctx`, `Result<T, E>`, no `&mut self`, ...), and its [`Parts`], made out
 //! as far as it can be even when something is wrong.
 
 use quote::ToTokens;
 use syn::{FnArg, ItemFn, Pat, Type};
 
 use crate::errors::Errors;
-use crate::model::{CtxParam, Param, Shape};
+use crate::model::{CtxParam, Param, Parts};
 use crate::types::{contains_impl_trait, last_segment_is, result_args};
 
-/// Checks the function itself and extracts its [`Shape`], as far as it can
+/// Checks the function itself and extracts its [`Parts`], as far as they can
 /// be made out even when something is wrong.
-pub(crate) fn check_fn(item: &ItemFn, errors: &mut Errors) -> Shape {
+pub(crate) fn check_fn(item: &ItemFn, errors: &mut Errors) -> Parts {
     let sig = &item.sig;
     let fn_token = &sig.fn_token;
     let ident = &sig.ident;
@@ -29,11 +29,12 @@ pub(crate) fn check_fn(item: &ItemFn, errors: &mut Errors) -> Shape {
         errors.on(v, "a #[tool] function cannot be variadic");
     }
 
-    let mut shape = Shape {
+    let mut shape = Parts {
         method: false,
         receiver: None,
         ctx: None,
         params: Vec::new(),
+        ret: None,
         ok: None,
         err: None,
     };
@@ -165,6 +166,7 @@ pub(crate) fn check_fn(item: &ItemFn, errors: &mut Errors) -> Shape {
                          name; write the concrete type",
                     );
                 }
+                shape.ret = Some((**ty).clone());
                 shape.ok = Some(ok.clone());
                 shape.err = Some(err.clone());
             }

@@ -381,7 +381,7 @@ fn impl_trait_results_only_on_read_only_tools() {
         }
     );
     let tool = model(quote!(class = "read_only"), iter.clone());
-    let ok = tool.shape.ok.as_ref().unwrap();
+    let ok = &tool.shape.ok;
     assert!(contains_impl_trait(ok));
     let inferred = impl_trait_as_infer(ok);
     assert!(!contains_impl_trait(&inferred));
@@ -458,7 +458,7 @@ fn dispatchers_are_generated_only_where_the_signature_allows_one() {
     let why = |args: TokenStream, item: TokenStream| {
         let func: syn::ItemFn = syn::parse2(item.clone()).unwrap();
         let tool = model(args, item);
-        fn_ineligible(&func.sig, &tool.shape, false)
+        fn_ineligible(&func.sig, tool.shape.view(), false)
     };
     let provider = quote!(class = "provider", key = "id");
     assert_eq!(
@@ -538,8 +538,8 @@ fn dispatchers_are_generated_only_where_the_signature_allows_one() {
         quote!(class = "provider", key = "to", name = "M::send"),
         method(),
     );
-    assert!(fn_ineligible(&func.sig, &tool.shape, false).is_some());
-    assert_eq!(fn_ineligible(&func.sig, &tool.shape, true), None);
+    assert!(fn_ineligible(&func.sig, tool.shape.view(), false).is_some());
+    assert_eq!(fn_ineligible(&func.sig, tool.shape.view(), true), None);
 }
 
 #[test]

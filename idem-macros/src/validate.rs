@@ -13,7 +13,7 @@ use syn::{Expr, ExprLit, Ident, ItemFn, Lit, LitStr, Member};
 
 use crate::duration;
 use crate::errors::Errors;
-pub(crate) use crate::model::{Class, Dispatch, KeyField, Retry, Shape, Tool, Verify, CLASSES};
+pub(crate) use crate::model::{Class, Dispatch, KeyField, Parts, Retry, Tool, Verify, CLASSES};
 use crate::parse::{Arg, Value};
 use crate::signature::check_fn;
 use crate::suggest::closest;
@@ -320,7 +320,9 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         .as_ref()
         .and_then(|(name, value)| bool_arg(name, value, &mut errors));
     if dispatch == Dispatch::Required {
-        if let Some(why) = crate::eligible::fn_ineligible(&item.sig, &shape, impl_type.is_some()) {
+        if let Some(why) =
+            crate::eligible::fn_ineligible(&item.sig, shape.view(), impl_type.is_some())
+        {
             let at = raw
                 .dispatch
                 .as_ref()
@@ -467,8 +469,9 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         }
     }
 
-    let (Some(class), true) = (class, shape.ctx.is_some()) else {
-        // Already reported: a missing or unknown class, or a missing context.
+    let (Some(class), Some(shape)) = (class, shape.complete()) else {
+        // Already reported: a missing or unknown class, a missing context
+        // or a result that is not `Result<T, E>`.
         return Err(errors.into_error());
     };
     let verify = match (class, verify) {
@@ -833,7 +836,7 @@ fn entries(lit: &LitStr) -> Vec<String> {
     list
 }
 
-fn param_list(shape: &Shape) -> String {
+fn param_list(shape: &Parts) -> String {
     if shape.params.is_empty() {
         "(none besides the context)".to_string()
     } else {
@@ -846,7 +849,7 @@ fn param_list(shape: &Shape) -> String {
     }
 }
 
-fn ctx_name(shape: &Shape) -> Option<String> {
+fn ctx_name(shape: &Parts) -> Option<String> {
     shape
         .ctx
         .as_ref()
@@ -854,7 +857,7 @@ fn ctx_name(shape: &Shape) -> Option<String> {
         .map(|i| i.unraw().to_string())
 }
 
-fn key_fields(lit: &LitStr, shape: &Shape, item: &ItemFn, errors: &mut Errors) -> Vec<KeyField> {
+fn key_fields(lit: &LitStr, shape: &Parts, item: &ItemFn, errors: &mut Errors) -> Vec<KeyField> {
     let fn_name = item.sig.ident.unraw().to_string();
     let ctx = ctx_name(shape);
     let mut out: Vec<KeyField> = Vec::new();
@@ -976,7 +979,7 @@ fn key_fields(lit: &LitStr, shape: &Shape, item: &ItemFn, errors: &mut Errors) -
     out
 }
 
-fn redact(lit: &LitStr, shape: &Shape, errors: &mut Errors) -> Vec<String> {
+fn redact(lit: &LitStr, shape: &Parts, errors: &mut Errors) -> Vec<String> {
     let ctx = ctx_name(shape);
     let mut out: Vec<String> = Vec::new();
     for entry in entries(lit) {
