@@ -9,7 +9,7 @@
 //! random instants and at the worst instrumented moments, with and without
 //! provider faults, until the requested number of kills is reached. After
 //! every round the providers' own ledgers must show every operation applied
-//! exactly once; see `torture/harness.rs` for everything that is checked.
+//! exactly once; see the `idem-torture` crate (idem-torture/src/lib.rs) for everything that is checked.
 //!
 //! Power-cut mode:
 //!
@@ -55,12 +55,8 @@
 //! `--dump DIR` prints the audit stream and open escalations of a journal a
 //! failed round left behind (its path is in the violation message).
 
-#[path = "torture/harness.rs"]
-mod harness;
-#[path = "agent/shop.rs"]
-mod shop;
-
-use harness::{Backend, ChaosMode, Config};
+use idem_torture as harness;
+use idem_torture::{Backend, ChaosMode, Config};
 
 fn main() {
     if harness::is_worker() {

@@ -1,5 +1,5 @@
 //! SIGKILL torture through the real `#[tool]` attribute and the testkit's
-//! TCP providers (the harness is examples/torture/harness.rs, the tools
+//! TCP providers (the harness is idem-torture/src/lib.rs, the tools
 //! examples/agent/shop.rs).
 //!
 //! - `sigkill_torture_quick`: 60 kills, with and without provider
@@ -19,10 +19,9 @@
 //! `worker_process_entry`, which becomes the worker when the harness's
 //! environment variable is set (and passes trivially otherwise).
 
-#[path = "../examples/torture/harness.rs"]
-mod harness;
-#[path = "../examples/agent/shop.rs"]
-mod shop;
+use idem_torture as harness;
+#[allow(unused_imports)]
+use idem_torture::shop;
 
 use std::io::Write;
 use std::path::Path;

@@ -1,5 +1,5 @@
 //! Multi-worker torture on PostgreSQL (the harness's multi-worker mode,
-//! examples/torture/multi.rs): four worker processes race the same orders
+//! idem-torture/src/multi.rs): four worker processes race the same orders
 //! on one database while they are SIGKILLed, paused past their lease and
 //! the database server is restarted under them.
 //!
@@ -15,10 +15,9 @@
 //! Workers are this test binary, re-executed to run only
 //! `worker_process_entry`.
 
-#[path = "../examples/torture/harness.rs"]
-mod harness;
-#[path = "../examples/agent/shop.rs"]
-mod shop;
+use idem_torture as harness;
+#[allow(unused_imports)]
+use idem_torture::shop;
 
 use std::process::Command;
 use std::time::Duration;

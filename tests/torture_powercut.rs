@@ -1,4 +1,4 @@
-//! Power-cut torture: the harness of examples/torture/harness.rs with the
+//! Power-cut torture: the harness of idem-torture/src/lib.rs with the
 //! journal on idem-testkit's power-cut file system (FUSE). Every kill, at a
 //! random instant or at an instrumented crash point, is also a power cut
 //! that loses what was not fsynced; each round ends with one more cut after
@@ -13,10 +13,9 @@
 //!   `cargo test --release --test torture_powercut -- --ignored --nocapture`,
 //!   or `cargo run --release --example torture -- --power-cuts 1000`.
 
-#[path = "../examples/torture/harness.rs"]
-mod harness;
-#[path = "../examples/agent/shop.rs"]
-mod shop;
+use idem_torture as harness;
+#[allow(unused_imports)]
+use idem_torture::shop;
 
 use std::process::Command;
 use std::time::Duration;

@@ -30,10 +30,15 @@ use serde::{Deserialize, Serialize};
 /// An order, as the (read-only) order book has it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Order {
+    /// The order's number.
     pub id: u64,
+    /// Who ordered.
     pub customer: String,
+    /// Where the confirmation goes.
     pub email: String,
+    /// What it costs, in cents.
     pub amount_cents: u64,
+    /// In which currency.
     pub currency: String,
     /// Where a refund goes.
     pub iban: String,
@@ -479,27 +484,39 @@ impl Shop {
 /// A completed step of [`Shop::process_order`].
 #[derive(Debug)]
 pub enum Step<'a> {
+    /// The order was read.
     Order(&'a Order),
+    /// The card was charged.
     Charge(&'a Charge),
+    /// The confirmation was sent.
     Email(&'a SentMessage),
+    /// The fulfilment ticket was opened.
     Ticket(&'a Ticket),
+    /// The refund wire was sent.
     Wire(&'a WireReceipt),
 }
 
 /// Everything a processed order produced.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Processed {
+    /// The order.
     pub order: Order,
+    /// Its charge.
     pub charge: Charge,
+    /// Its confirmation.
     pub email: SentMessage,
+    /// Its ticket.
     pub ticket: Ticket,
+    /// Its refund wire.
     pub wire: WireReceipt,
 }
 
 /// Why [`Shop::process_order`] stopped: which step, and what idem said.
 #[derive(Debug)]
 pub struct Stopped {
+    /// The step's tool.
     pub tool: &'static str,
+    /// What idem said.
     pub error: ToolError<ProviderError>,
 }
 

@@ -76,8 +76,7 @@
 //! `IDEM_TORTURE_SEED`. Process timing is not reproducible, so a failing
 //! seed replays the plan, not every interleaving.
 
-// Shared by the torture example and tests/torture.rs.
-#![allow(dead_code)]
+#![warn(missing_docs)]
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -94,10 +93,15 @@ use idem_testkit::{
     Chaos, Charge, ChargeOutcome, Clock, ProviderAddrs, Providers, ProvidersConfig, SplitMix64,
 };
 
-use crate::shop::{self, Moment, Shop, EFFECT_TOOLS};
+use crate::shop::{Moment, Shop, EFFECT_TOOLS};
+
+/// The demo's shop (examples/agent/shop.rs): the tools the harness runs.
+/// Compiled here once; the torture example and tests use it from here
+/// (a binary that also compiled its own copy would define every tool twice).
+#[path = "../../examples/agent/shop.rs"]
+pub mod shop;
 
 // The multi-worker mode on PostgreSQL: [`Config::backend`].
-#[path = "multi.rs"]
 mod multi;
 
 /// Set in a worker's environment (to anything).
@@ -198,10 +202,12 @@ pub fn is_worker() -> bool {
 /// When providers inject random faults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChaosMode {
+    /// Never: the providers answer every request.
     Never,
     /// Every other round (odd rounds), half of those with faults on
     /// look-ups (verify) too.
     Alternate,
+    /// Every round.
     Always,
 }
 
@@ -223,6 +229,7 @@ pub struct Config {
     /// Hard bound on the whole run: reaching it before the kill target is
     /// a violation (something made progress too slow to trust).
     pub max_elapsed: Duration,
+    /// When the providers inject random faults.
     pub chaos: ChaosMode,
     /// Print a progress line every this many rounds (0: never).
     pub progress_every: u64,
@@ -259,7 +266,9 @@ pub struct Config {
 /// The journal backend of a torture run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
+    /// One worker process at a time, on the embedded journal.
     Sled,
+    /// Several worker processes sharing a PostgreSQL journal.
     Postgres,
 }
 
@@ -341,9 +350,13 @@ fn clock_seed() -> u64 {
 /// What a harness run did and found.
 #[derive(Debug, Default, Clone)]
 pub struct Summary {
+    /// The seed the run was planned from.
     pub seed: u64,
+    /// Rounds finished.
     pub rounds: u64,
+    /// Rounds with provider faults on.
     pub chaos_rounds: u64,
+    /// Orders processed, over every round.
     pub workflows: u64,
     /// Effects the providers' ledgers hold at the end of the finished
     /// rounds, every record counted (four per workflow if nothing was
@@ -352,10 +365,13 @@ pub struct Summary {
     /// `Committed` events (or operator `landed`s) of the effect tools in the
     /// finished rounds' audit streams (four per workflow).
     pub audited_commits: u64,
+    /// Worker processes started.
     pub incarnations: u64,
     /// Workers that died by SIGKILL: `random_kills + crashpoint_kills`.
     pub kills: u64,
+    /// SIGKILLs at a random instant.
     pub random_kills: u64,
+    /// Workers that killed themselves at an instrumented point.
     pub crashpoint_kills: u64,
     /// Workers that died at each instrumented point, `tool:moment`
     /// (`sending` or `landed`); every one of the eight is planned.
@@ -379,16 +395,23 @@ pub struct Summary {
     /// What justified them, `tool: why` (see [`Round::justify`]); an
     /// escalation nothing justifies is a violation instead.
     pub justified: BTreeMap<String, u64>,
+    /// Escalations the operator answered `landed`.
     pub resolved_landed: u64,
+    /// Escalations the operator answered `reissue`.
     pub resolved_reissue: u64,
     /// Faults the providers injected.
     pub faults: u64,
     /// From the audit streams.
     pub recoveries: u64,
+    /// Verify answers, from the audit streams.
     pub verifications: u64,
+    /// Answers the providers replayed, from the audit streams.
     pub provider_replays: u64,
+    /// Calls answered from the journal, from the audit streams.
     pub dedupe_hits: u64,
+    /// Retries, from the audit streams.
     pub retries: u64,
+    /// Wall time of the run.
     pub elapsed: Duration,
     /// Everything that went wrong, with the evidence.
     pub violations: Vec<String>,
@@ -412,6 +435,7 @@ pub struct Summary {
     pub prefix_cuts: u64,
     /// Unsynced file writes and truncations the cuts dropped or tore.
     pub writes_dropped: u64,
+    /// Unsynced writes the cuts kept only part of.
     pub writes_torn: u64,
     /// Unsynced directory changes the cuts undid.
     pub entries_undone: u64,
@@ -444,6 +468,7 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// Escalations raised, over every tool.
     pub fn escalation_total(&self) -> u64 {
         self.escalations.values().sum()
     }
