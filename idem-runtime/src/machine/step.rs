@@ -250,3 +250,296 @@ impl Step {
         )
     }
 }
+
+/// `Ctx::step`'s promises as pure vectors: the machine driven through
+/// scripted inputs (no journal, no clock), each test one row.
+#[cfg(test)]
+mod vectors {
+    use std::sync::Arc;
+
+    use idem_journal::journal::{Claim, Owner};
+    use idem_journal::record::{Blob, StepRecord, StepState};
+
+    use super::{Action, Input, Outcome, Step};
+    use crate::machine::policy::Setup;
+
+    const NOW: u64 = 50_000;
+    const WAIT: u64 = 5_000;
+
+    fn owner(worker: &str, incarnation: u64) -> Owner {
+        Owner {
+            worker: Arc::from(worker),
+            incarnation,
+        }
+    }
+
+    fn setup() -> Setup {
+        Setup {
+            owner: owner("here", 2),
+            claim_first: false,
+            renewal_ms: None,
+            in_flight_wait_ms: WAIT,
+        }
+    }
+
+    fn record(state: StepState) -> StepRecord {
+        StepRecord {
+            name: "fetch".into(),
+            root_run: "run".into(),
+            state,
+            at_ms: 1,
+        }
+    }
+
+    fn running(version: u64, claim: Option<Claim>) -> Input {
+        Input::Found(Some((record(StepState::Running), version, claim)))
+    }
+
+    /// Feeds `inputs` in order and returns every action.
+    fn drive(inputs: Vec<Input>) -> Vec<Action> {
+        let setup = setup();
+        let mut step = Step::new("fetch", "run");
+        inputs
+            .into_iter()
+            .map(|input| step.step(&setup, NOW, input))
+            .collect()
+    }
+
+    fn claim_running(expect: Option<u64>) -> Action {
+        Action::Claim {
+            rec: StepRecord {
+                at_ms: NOW,
+                ..record(StepState::Running)
+            },
+            expect,
+        }
+    }
+
+    #[test]
+    fn a_first_run_claims_runs_and_records_its_value_durably() {
+        let value = Blob(vec![7]);
+        let actions = drive(vec![
+            Input::Start,
+            Input::Led,
+            Input::Found(None),
+            Input::Written(3),
+            Input::Ran(Some(Ok(value.clone()))),
+            Input::Written(4),
+        ]);
+        assert_eq!(
+            actions,
+            vec![
+                Action::Lead,
+                Action::Read,
+                claim_running(None),
+                Action::Run,
+                Action::Record {
+                    rec: StepRecord {
+                        at_ms: NOW,
+                        ..record(StepState::Done { value })
+                    },
+                    expect: 3,
+                },
+                Action::Return(Outcome::Value),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_recorded_value_is_replayed_without_running() {
+        let value = Blob(vec![9]);
+        let done = Input::Found(Some((
+            record(StepState::Done {
+                value: value.clone(),
+            }),
+            5,
+            None,
+        )));
+        let actions = drive(vec![
+            Input::Start,
+            Input::Led,
+            done.clone(),
+            Input::Decoded(true),
+            Input::Appended,
+        ]);
+        assert_eq!(
+            actions,
+            vec![
+                Action::Lead,
+                Action::Read,
+                Action::Decode(value),
+                Action::EmitReplayed,
+                Action::Return(Outcome::Value),
+            ]
+        );
+        assert!(!actions.contains(&Action::Run));
+        // A stored value of another type is refused, never re-run.
+        let actions = drive(vec![Input::Start, Input::Led, done, Input::Decoded(false)]);
+        assert_eq!(actions.last(), Some(&Action::Return(Outcome::Undecodable)));
+        assert!(!actions.contains(&Action::Run));
+    }
+
+    #[test]
+    fn a_step_running_elsewhere_is_waited_for_and_never_run_twice() {
+        let live_other = Some(Claim {
+            owner: owner("there", 1),
+            live: true,
+        });
+        let actions = drive(vec![
+            Input::Start,
+            Input::Led,
+            running(6, live_other.clone()),
+            Input::TimedOut,
+        ]);
+        assert_eq!(
+            actions[2],
+            Action::AwaitChange {
+                version: 6,
+                until: NOW + WAIT
+            }
+        );
+        assert_eq!(actions[3], Action::Return(Outcome::InFlight));
+        // A change: read again (and replay what the other recorded).
+        let actions = drive(vec![
+            Input::Start,
+            Input::Led,
+            running(6, live_other),
+            Input::Changed,
+        ]);
+        assert_eq!(actions[3], Action::Lead);
+    }
+
+    #[test]
+    fn a_step_whose_driver_is_gone_runs_again() {
+        for claim in [
+            // A lease that expired.
+            Some(Claim {
+                owner: owner("there", 1),
+                live: false,
+            }),
+            // An earlier incarnation of this worker: dead.
+            Some(Claim {
+                owner: owner("here", 1),
+                live: true,
+            }),
+            None,
+        ] {
+            let actions = drive(vec![
+                Input::Start,
+                Input::Led,
+                running(6, claim.clone()),
+                Input::Written(7),
+            ]);
+            assert_eq!(actions[2], claim_running(Some(6)), "{claim:?}");
+            assert_eq!(actions[3], Action::Run, "{claim:?}");
+        }
+    }
+
+    #[test]
+    fn another_call_of_this_process_is_waited_for() {
+        let actions = drive(vec![Input::Start, Input::Busy, Input::LeaderLeft]);
+        assert_eq!(
+            actions[1..],
+            [Action::AwaitLeader { until: NOW + WAIT }, Action::Lead]
+        );
+        let actions = drive(vec![Input::Start, Input::Busy, Input::TimedOut]);
+        assert_eq!(actions[2], Action::Return(Outcome::InFlight));
+    }
+
+    #[test]
+    fn a_future_is_polled_at_most_once() {
+        // The claim lost a race: start over; the other's record is Running,
+        // its driver gone, so this call claims again; the future it would
+        // run was not polled, so it runs now.
+        let actions = drive(vec![
+            Input::Start,
+            Input::Led,
+            Input::Found(None),
+            Input::Conflict,
+            Input::Led,
+            running(2, None),
+            Input::Written(3),
+        ]);
+        assert_eq!(actions[3], Action::Lead);
+        assert_eq!(actions[6], Action::Run);
+        // Once polled, a second claim never polls it again: in flight.
+        let actions = drive(vec![
+            Input::Start,
+            Input::Led,
+            Input::Found(None),
+            Input::Written(3),
+            Input::Ran(Some(Ok(Blob(vec![1])))),
+            Input::Conflict,
+            Input::Led,
+            running(5, None),
+            Input::Written(6),
+        ]);
+        assert_eq!(
+            actions.iter().filter(|a| **a == Action::Run).count(),
+            1,
+            "{actions:?}"
+        );
+        assert_eq!(actions.last(), Some(&Action::Return(Outcome::InFlight)));
+    }
+
+    #[test]
+    fn errors_end_the_step_with_what_went_wrong() {
+        let head = || {
+            vec![
+                Input::Start,
+                Input::Led,
+                Input::Found(None),
+                Input::Written(3),
+            ]
+        };
+        let end = |tail: Vec<Input>| {
+            let mut inputs = head();
+            inputs.extend(tail);
+            drive(inputs).pop().unwrap()
+        };
+        assert_eq!(end(vec![Input::Ran(None)]), Action::Return(Outcome::Error));
+        assert_eq!(
+            end(vec![Input::Ran(Some(Err("no serde".into())))]),
+            Action::Return(Outcome::Unstorable("no serde".into()))
+        );
+        assert_eq!(
+            end(vec![
+                Input::Ran(Some(Ok(Blob(vec![1])))),
+                Input::WriteFailed
+            ]),
+            Action::Return(Outcome::Journal)
+        );
+        assert_eq!(
+            drive(vec![Input::Start, Input::Led, Input::ReadFailed]).pop(),
+            Some(Action::Return(Outcome::Journal))
+        );
+        assert_eq!(
+            drive(vec![
+                Input::Start,
+                Input::Led,
+                Input::Found(None),
+                Input::WriteFailed
+            ])
+            .pop(),
+            Some(Action::Return(Outcome::Journal))
+        );
+        let done = Input::Found(Some((
+            record(StepState::Done {
+                value: Blob(vec![1]),
+            }),
+            5,
+            None,
+        )));
+        assert_eq!(
+            drive(vec![
+                Input::Start,
+                Input::Led,
+                done,
+                Input::Decoded(true),
+                Input::AppendFailed
+            ])
+            .pop(),
+            Some(Action::Return(Outcome::Journal))
+        );
+    }
+}

@@ -662,3 +662,150 @@ fn arguments_over_the_limit_fail_before_any_write() {
         "{action:?}"
     );
 }
+
+/// An operator's resolution (DESIGN §10): which records it may settle and
+/// what they become, as pure vectors of `machine::resolve`.
+mod resolutions {
+    use idem_journal::audit::EventKind;
+    use idem_journal::class::Class;
+    use idem_journal::record::{Blob, ResolutionInfo, State, Via};
+
+    use super::{left, NOW};
+    use crate::machine::resolve::{admissible, apply, Decision};
+
+    fn decided(kind: &str, state: State) -> idem_journal::record::OpRecord {
+        let mut rec = left(Class::AtMostOnce, state, 1, false);
+        rec.resolution = Some(ResolutionInfo {
+            kind: kind.into(),
+            note: "first".into(),
+            at_ms: NOW - 10,
+            amendments: 0,
+        });
+        rec
+    }
+
+    #[test]
+    fn only_escalations_and_operators_own_decisions_can_be_resolved() {
+        let escalated = left(Class::AtMostOnce, State::Escalated, 1, true);
+        assert_eq!(admissible(&escalated), Ok(None));
+        let landed = decided(
+            "landed",
+            State::Committed {
+                result: Blob(vec![1]),
+                via: Via::Operator,
+            },
+        );
+        assert_eq!(admissible(&landed), Ok(Some("landed".into())));
+        assert_eq!(
+            admissible(&decided("reissue", State::Reissue)),
+            Ok(Some("reissue".into()))
+        );
+        assert_eq!(
+            admissible(&decided("abandon", State::Abandoned)),
+            Ok(Some("abandon".into()))
+        );
+        // What the engine settled itself is never an operator's to change.
+        let committed = left(
+            Class::AtMostOnce,
+            State::Committed {
+                result: Blob(vec![1]),
+                via: Via::Call,
+            },
+            1,
+            false,
+        );
+        assert!(admissible(&committed).is_err());
+        assert!(admissible(&left(Class::AtMostOnce, State::Intent, 1, true)).is_err());
+        // Even with a resolution on it (an operator's reissue the engine
+        // then ran and committed).
+        let mut rerun = committed.clone();
+        rerun.resolution = decided("reissue", State::Reissue).resolution;
+        assert!(admissible(&rerun).is_err());
+    }
+
+    #[test]
+    fn landed_commits_the_operators_result_with_both_events() {
+        let escalated = left(Class::AtMostOnce, State::Escalated, 1, true);
+        let (rec, events) = apply(
+            escalated,
+            None,
+            Decision::Landed(Blob(vec![4, 2])),
+            "bank says sent",
+            NOW,
+        );
+        assert_eq!(
+            rec.state,
+            State::Committed {
+                result: Blob(vec![4, 2]),
+                via: Via::Operator
+            }
+        );
+        assert!(!rec.maybe_landed);
+        assert_eq!(rec.updated_ms, NOW);
+        let info = rec.resolution.unwrap();
+        assert_eq!(
+            (
+                info.kind.as_str(),
+                info.note.as_str(),
+                info.at_ms,
+                info.amendments
+            ),
+            ("landed", "bank says sent", NOW, 0)
+        );
+        assert_eq!(
+            events,
+            vec![
+                EventKind::Resolved {
+                    resolution: "landed".into(),
+                    note: "bank says sent".into()
+                },
+                EventKind::Committed {
+                    attempt: 0,
+                    via: "operator".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn an_amendment_says_what_it_replaced_and_counts() {
+        let first = decided(
+            "landed",
+            State::Committed {
+                result: Blob(vec![1]),
+                via: Via::Operator,
+            },
+        );
+        let (rec, events) = apply(
+            first,
+            Some("landed".into()),
+            Decision::Reissue,
+            "wrong",
+            NOW,
+        );
+        assert_eq!(rec.state, State::Reissue);
+        assert_eq!(rec.resolution.as_ref().unwrap().amendments, 1);
+        assert_eq!(
+            events,
+            vec![EventKind::Amended {
+                previous: "landed".into(),
+                resolution: "reissue".into(),
+                note: "wrong".into()
+            }]
+        );
+        let (rec, events) = apply(
+            rec,
+            Some("reissue".into()),
+            Decision::Abandon,
+            "never",
+            NOW + 1,
+        );
+        assert_eq!(rec.state, State::Abandoned);
+        assert_eq!(rec.resolution.as_ref().unwrap().amendments, 2);
+        assert_eq!(
+            events.len(),
+            1,
+            "no commit event without a result: {events:?}"
+        );
+    }
+}
