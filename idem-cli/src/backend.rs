@@ -112,24 +112,25 @@ impl Backend {
                     dir: dir.to_path_buf(),
                 })
             }
-            Err(idem_runtime::Error::InUse { .. }) if not_there.is_some() => {
-                Err(not_there.expect("checked"))
-            }
-            Err(idem_runtime::Error::InUse { .. }) => Err(CliError::unreachable(format!(
-                "journal in use: {} is held by a process that does not serve the admin API{}",
-                dir.display(),
-                match &address {
-                    Some(a) => format!(
-                        " (its address file names {}, which does not answer as that process)",
-                        a.url
-                    ),
-                    None => " (there is no idem-admin-addr in the directory)".into(),
-                }
-            ))
-            .hint(
-                "start that process with Runtime::builder().path(DIR).admin(\"127.0.0.1:0\") \
-                 (feature `admin` of idem) to operate on its journal while it runs, or stop it",
-            )),
+            // Held by a process the address file did not lead to: why not,
+            // when it is known (a refused file, an unproven server).
+            Err(idem_runtime::Error::InUse { .. }) => Err(not_there.unwrap_or_else(|| {
+                CliError::unreachable(format!(
+                    "journal in use: {} is held by a process that does not serve the admin API{}",
+                    dir.display(),
+                    match &address {
+                        Some(a) => format!(
+                            " (its address file names {}, which does not answer as that process)",
+                            a.url
+                        ),
+                        None => " (there is no idem-admin-addr in the directory)".into(),
+                    }
+                ))
+                .hint(
+                    "start that process with Runtime::builder().path(DIR).admin(\"127.0.0.1:0\") \
+                     (feature `admin` of idem) to operate on its journal while it runs, or stop it",
+                )
+            })),
             Err(e) => Err(CliError::runtime(&e)),
         }
     }
