@@ -270,7 +270,7 @@ impl Shop {
 
     /// Step 3, journal class: the email API sends every request it gets, so
     /// idem journals the call and, when an outcome is unknown (a timeout, a
-    /// crash mid-call), asks [`Shop::email_landed`] before sending again.
+    /// crash mid-call), asks `Shop::email_landed` before sending again.
     /// The body is redacted: never written to the journal or the audit log.
     #[tool(
         class = "journal",

@@ -41,7 +41,7 @@
 //! journal, reads `escalations()`, checks the provider's ledger for each
 //! one and answers `resolve(key, Landed(result) | Reissue, note)`. Before
 //! answering, it checks that the faults and kills of the round justify the
-//! escalation ([`Round::justify`]): an at_most_once tool after a kill
+//! escalation (`Round::justify`): an at_most_once tool after a kill
 //! mid-call or an ambiguous outcome (no more of those than the provider
 //! injected faults), a provider-class tool only once its retry budget or
 //! the provider's dedupe window is spent, a journal tool only when verify
@@ -392,7 +392,7 @@ pub struct Summary {
     pub audit_gaps: u64,
     /// Escalations raised, per tool, and how the operator answered.
     pub escalations: BTreeMap<String, u64>,
-    /// What justified them, `tool: why` (see [`Round::justify`]); an
+    /// What justified them, `tool: why` (see `Round::justify`); an
     /// escalation nothing justifies is a violation instead.
     pub justified: BTreeMap<String, u64>,
     /// Escalations the operator answered `landed`.
