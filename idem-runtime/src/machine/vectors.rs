@@ -109,6 +109,9 @@ struct Run {
     outcome: Outcome,
     /// The record the scripted journal holds at the end.
     stored: Option<OpRecord>,
+    /// The key generation the call said it was at when it returned (what
+    /// the driver shows in the key).
+    generation: u32,
 }
 
 impl Run {
@@ -162,6 +165,10 @@ fn drive(
     };
     for _ in 0..200 {
         let env = Env { now, jitter: 0.5 };
+        assert!(
+            !call.is_done(),
+            "the call says it is done before it returned"
+        );
         let action = call.step(policy, &setup, env, input);
         actions.push(action.clone());
         input = match action {
@@ -212,6 +219,7 @@ fn drive(
                     actions,
                     outcome,
                     stored: record.map(|f| f.rec),
+                    generation: call.generation(),
                 };
             }
         };
@@ -252,6 +260,7 @@ fn no_record_writes_an_intent_then_runs_and_commits_for_every_class() {
         assert_eq!(run.attempts(), vec![(1, 0)], "{class}");
         assert_eq!(run.outcome, Outcome::Value(ValueFrom::Attempt), "{class}");
         assert_eq!(run.state(), "committed", "{class}");
+        assert_eq!(run.generation, 0, "{class}");
         intents_precede_attempts(&run);
     }
 }
@@ -446,6 +455,7 @@ fn rejected_found_first_runs_under_the_next_generation() {
         );
         assert_eq!(run.attempts(), vec![(1, 1)], "{class}");
         assert_eq!(run.stored.as_ref().unwrap().generation, 1);
+        assert_eq!(run.generation, 1, "the key the driver shows: {class}");
     }
 }
 
