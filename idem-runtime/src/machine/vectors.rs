@@ -148,7 +148,30 @@ fn drive(
     attempts: Vec<Attempted>,
     answers: Vec<Answer>,
 ) -> Run {
+    drive_with(policy, found, attempts, answers, Faults::default())
+}
+
+/// What the scripted journal does other than succeed.
+#[derive(Default)]
+struct Faults {
+    /// The call's start (default: nothing cached, 10 bytes of arguments).
+    start: Option<Input>,
+    /// The `n`th write (from 0) is answered with this instead.
+    write: Option<(usize, Input)>,
+    /// Every event append fails.
+    appends_fail: bool,
+}
+
+/// [`drive`], with `faults`.
+fn drive_with(
+    policy: &Policy,
+    found: Option<(OpRecord, Option<Claim>)>,
+    attempts: Vec<Attempted>,
+    answers: Vec<Answer>,
+    mut faults: Faults,
+) -> Run {
     let setup = setup();
+    let mut writes = 0usize;
     let mut attempts: VecDeque<_> = attempts.into();
     let mut answers: VecDeque<_> = answers.into();
     let mut record: Option<Found> = found.map(|(rec, claim)| Found {
@@ -159,10 +182,10 @@ fn drive(
     let mut call = Call::new(called(policy.class));
     let mut now = NOW;
     let mut actions = Vec::new();
-    let mut input = Input::Start {
+    let mut input = faults.start.take().unwrap_or(Input::Start {
         cached: None,
         args_len: 10,
-    };
+    });
     for _ in 0..200 {
         let env = Env { now, jitter: 0.5 };
         assert!(
@@ -171,12 +194,20 @@ fn drive(
         );
         let action = call.step(policy, &setup, env, input);
         actions.push(action.clone());
+        let is_write = matches!(action, Action::Write(_));
         input = match action {
             Action::Lead => Input::Led,
             Action::AwaitLeader { .. } => Input::TimedOut,
             Action::AwaitChange { .. } => Input::TimedOut,
             Action::Read | Action::Revert(Revert::Read) => Input::Found(record.clone()),
+            Action::Write(_) if faults.write.as_ref().is_some_and(|(n, _)| *n == writes) => {
+                writes += 1;
+                faults.write.take().expect("checked").1
+            }
             Action::Write(op) | Action::Revert(Revert::Write(op)) => {
+                if is_write {
+                    writes += 1;
+                }
                 let version = record.as_ref().map_or(1, |f| f.version + 1);
                 let claim = match op.claim {
                     ClaimOp::Take => Some(Claim {
@@ -200,6 +231,9 @@ fn drive(
             Action::Revert(Revert::Remove { .. }) => {
                 record = None;
                 Input::Removed(true)
+            }
+            Action::Emit(_) | Action::EmitBestEffort(_) if faults.appends_fail => {
+                Input::AppendFailed
             }
             Action::Emit(_) | Action::EmitBestEffort(_) => Input::Appended,
             Action::Attempt { .. } => {
@@ -817,5 +851,133 @@ mod resolutions {
             1,
             "no commit event without a result: {events:?}"
         );
+    }
+}
+
+/// What the driver is told when the journal fails around a call (cargo
+/// mutants found these rows checked only by the engine's own tests).
+mod journal_faults {
+    use idem_journal::audit::EventKind;
+    use idem_journal::class::Class;
+    use idem_journal::record::{Blob, State, Via};
+
+    use super::super::call::{Action, Input, Outcome, Revert, ValueFrom};
+    use super::super::policy::MAX_ARGS_BYTES;
+    use super::{drive, drive_with, left, ok, policy, Faults};
+
+    #[test]
+    fn arguments_up_to_the_limit_are_taken() {
+        let run = drive_with(
+            &policy(Class::Provider, 3, false),
+            None,
+            vec![ok()],
+            vec![],
+            Faults {
+                start: Some(Input::Start {
+                    cached: None,
+                    args_len: MAX_ARGS_BYTES,
+                }),
+                ..Faults::default()
+            },
+        );
+        assert_eq!(run.outcome, Outcome::Value(ValueFrom::Attempt));
+    }
+
+    #[test]
+    fn a_replay_is_answered_even_when_its_event_cannot_be_written() {
+        // From the record (a broken journal still serves what it holds).
+        let committed = left(
+            Class::Provider,
+            State::Committed {
+                result: Blob(vec![9]),
+                via: Via::Call,
+            },
+            1,
+            false,
+        );
+        let run = drive_with(
+            &policy(Class::Provider, 3, false),
+            Some((committed, None)),
+            vec![],
+            vec![],
+            Faults {
+                appends_fail: true,
+                ..Faults::default()
+            },
+        );
+        assert_eq!(run.outcome, Outcome::Value(ValueFrom::Record));
+        assert!(run.attempts().is_empty());
+        // From the cache of committed results.
+        let run = drive_with(
+            &policy(Class::Provider, 3, false),
+            None,
+            vec![],
+            vec![],
+            Faults {
+                start: Some(Input::Start {
+                    cached: Some(0),
+                    args_len: 10,
+                }),
+                appends_fail: true,
+                ..Faults::default()
+            },
+        );
+        assert_eq!(run.outcome, Outcome::Value(ValueFrom::Cache));
+    }
+
+    #[test]
+    fn a_commit_that_lost_to_a_new_owner_says_it_was_fenced_off() {
+        // The INTENT is write 0; the COMMIT, write 1, finds the record
+        // taken over. (What it re-decides from then is the scripted
+        // journal's: its own INTENT, so a provider retries, same key.)
+        let run = drive_with(
+            &policy(Class::Provider, 3, false),
+            None,
+            vec![ok(), ok()],
+            vec![],
+            Faults {
+                write: Some((1, Input::Conflict(None))),
+                ..Faults::default()
+            },
+        );
+        assert!(
+            run.actions.iter().any(|a| matches!(
+                a,
+                Action::EmitBestEffort(EventKind::Fenced { outcome, .. }) if outcome == "landed"
+            )),
+            "{:#?}",
+            run.actions
+        );
+    }
+
+    #[test]
+    fn an_intent_reported_failed_is_read_back_before_anything_else() {
+        // The write may have reached the disk: the machine reads what is
+        // there (and puts back what it replaced) instead of returning.
+        let run = drive_with(
+            &policy(Class::Provider, 3, false),
+            None,
+            vec![ok()],
+            vec![],
+            Faults {
+                write: Some((0, Input::WriteFailed)),
+                ..Faults::default()
+            },
+        );
+        let failed_at = 1 + run
+            .actions
+            .iter()
+            .position(|a| matches!(a, Action::Write(_)))
+            .expect("an intent write");
+        assert!(
+            matches!(run.actions[failed_at], Action::Revert(Revert::Read)),
+            "{:#?}",
+            run.actions
+        );
+        assert!(
+            run.attempts().is_empty(),
+            "no attempt after a failed INTENT"
+        );
+        let _ = drive;
     }
 }
