@@ -863,7 +863,7 @@ mod journal_faults {
 
     use super::super::call::{Action, Input, Outcome, Revert, ValueFrom};
     use super::super::policy::MAX_ARGS_BYTES;
-    use super::{drive, drive_with, left, ok, policy, Faults};
+    use super::{drive_with, left, ok, policy, Faults};
 
     #[test]
     fn arguments_up_to_the_limit_are_taken() {
@@ -978,6 +978,5 @@ mod journal_faults {
             run.attempts().is_empty(),
             "no attempt after a failed INTENT"
         );
-        let _ = drive;
     }
 }
