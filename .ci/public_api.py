@@ -207,6 +207,13 @@ def function(name, f):
     return f"{quals}fn {name}{g}({inputs}){out}{where}"
 
 
+def tuple_fields(doc, ids):
+    """The types of a tuple struct's or variant's fields (`_`: stripped)."""
+    return ", ".join(
+        ty(doc["index"][str(f)]["inner"]["struct_field"]) if f is not None else "_" for f in ids
+    )
+
+
 class Walker:
     def __init__(self, crates):
         self.crates = crates
@@ -283,11 +290,7 @@ class Walker:
                 if k["plain"]["has_stripped_fields"]:
                     self.emit(f"struct {here} has private fields")
             elif "tuple" in k:
-                fields = [
-                    ty(doc["index"][str(f)]["inner"]["struct_field"]) if f is not None else "_"
-                    for f in k["tuple"]
-                ]
-                self.emit(f"struct {here}({', '.join(fields)})")
+                self.emit(f"struct {here}({tuple_fields(doc, k['tuple'])})")
             self.impls(doc, s["impls"], here)
         elif kind == "enum":
             e = inner
@@ -333,11 +336,7 @@ class Walker:
         if k == "plain":
             self.emit(f"{mark}variant {owner}::{v['name']}")
         elif "tuple" in k:
-            fields = [
-                ty(doc["index"][str(f)]["inner"]["struct_field"]) if f is not None else "_"
-                for f in k["tuple"]
-            ]
-            self.emit(f"{mark}variant {owner}::{v['name']}({', '.join(fields)})")
+            self.emit(f"{mark}variant {owner}::{v['name']}({tuple_fields(doc, k['tuple'])})")
         elif "struct" in k:
             fields = []
             for f in k["struct"]["fields"]:

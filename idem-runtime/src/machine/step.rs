@@ -255,32 +255,15 @@ impl Step {
 /// scripted inputs (no journal, no clock), each test one row.
 #[cfg(test)]
 mod vectors {
-    use std::sync::Arc;
-
-    use idem_journal::journal::{Claim, Owner};
+    use idem_journal::journal::Claim;
     use idem_journal::record::{Blob, StepRecord, StepState};
 
     use super::{Action, Input, Outcome, Step};
-    use crate::machine::policy::Setup;
+    use crate::machine::vectors::{owner, setup};
 
     const NOW: u64 = 50_000;
+    /// The setup's wait for a call in flight.
     const WAIT: u64 = 5_000;
-
-    fn owner(worker: &str, incarnation: u64) -> Owner {
-        Owner {
-            worker: Arc::from(worker),
-            incarnation,
-        }
-    }
-
-    fn setup() -> Setup {
-        Setup {
-            owner: owner("here", 2),
-            claim_first: false,
-            renewal_ms: None,
-            in_flight_wait_ms: WAIT,
-        }
-    }
 
     fn record(state: StepState) -> StepRecord {
         StepRecord {

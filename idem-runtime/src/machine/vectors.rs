@@ -41,14 +41,16 @@ fn policy(class: Class, max_attempts: u32, verify: bool) -> Policy {
     }
 }
 
-fn owner(worker: &str, incarnation: u64) -> Owner {
+pub(super) fn owner(worker: &str, incarnation: u64) -> Owner {
     Owner {
         worker: Arc::from(worker),
         incarnation,
     }
 }
 
-fn setup() -> Setup {
+/// The machine's setup in every vector: worker `here`, incarnation 2, a
+/// 5 s wait for a call in flight.
+pub(super) fn setup() -> Setup {
     Setup {
         owner: owner("here", 2),
         claim_first: false,
