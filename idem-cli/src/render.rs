@@ -354,15 +354,15 @@ pub fn operation(view: &OperationView) -> String {
 /// The header of `idem audit`.
 pub fn audit_header() -> String {
     format!(
-        "{:>8}  {:<24}  {:<14}  {:<8}  event\n",
-        "SEQ", "TIME", "TOOL", "BY"
+        "{:>8}  {:<24}  {:<14}  {:<8}  {:<24}  event\n",
+        "SEQ", "TIME", "TOOL", "BY", "WORKER"
     )
 }
 
 /// One line of `idem audit`.
 pub fn audit_line(e: &AuditEvent) -> String {
     format!(
-        "{:>8}  {:<24}  {:<14}  {:<8}  {}{}\n",
+        "{:>8}  {:<24}  {:<14}  {:<8}  {:<24}  {}{}\n",
         e.seq,
         time(e.at_ms),
         escape(&e.tool),
@@ -371,6 +371,8 @@ pub fn audit_line(e: &AuditEvent) -> String {
         } else {
             "agent"
         },
+        // Events written before journals named their worker have none.
+        e.worker.as_deref().map_or(Cow::Borrowed("-"), escape),
         event(&e.kind),
         e.key
             .as_deref()
@@ -611,7 +613,7 @@ mod tests {
     fn event(kind: serde_json::Value) -> AuditEvent {
         serde_json::from_value(serde_json::json!({
             "seq": 1, "at_ms": 1, "tool": HOSTILE, "key": HOSTILE,
-            "root_run": HOSTILE, "agent": HOSTILE, "kind": kind,
+            "root_run": HOSTILE, "agent": HOSTILE, "worker": HOSTILE, "kind": kind,
         }))
         .unwrap()
     }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::class::OnDrift;
 use crate::error::Error;
+use crate::journal::Owner;
 use crate::key::IdemKey;
 use crate::record::{self, Kind};
 
@@ -26,6 +27,11 @@ pub struct AuditEvent {
     pub root_run: String,
     /// The agent path that made the call (root, then `child` names).
     pub agent: String,
+    /// The worker and incarnation that acted, as `worker#incarnation`
+    /// (the incarnation in 16 hex digits): for an operator's resolution,
+    /// the worker whose admin API or journal took it. `None` only for
+    /// events written before journals recorded it (record format 2).
+    pub worker: Option<String>,
     /// What happened.
     pub kind: EventKind,
 }
@@ -245,14 +251,17 @@ pub struct Draft<'a> {
     pub root_run: &'a str,
     /// The agent path that made the call.
     pub agent: &'a str,
+    /// The worker and incarnation that acted.
+    pub worker: &'a Owner,
     /// What happened.
     pub kind: EventKind,
 }
 
 /// The stored form of an event: the key as its digest and generation (its
 /// text is rebuilt from the tool name), the agent only when it differs from
-/// the root run. Encoded from borrowed fields, decoded into owned ones;
-/// bincode writes both the same way.
+/// the root run, the worker as its id and incarnation. Encoded from
+/// borrowed fields, decoded into owned ones; bincode writes both the same
+/// way.
 #[derive(Serialize)]
 struct StoredRef<'a> {
     at_ms: u64,
@@ -260,6 +269,7 @@ struct StoredRef<'a> {
     key: Option<([u8; 32], u32)>,
     root_run: &'a str,
     agent: Option<&'a str>,
+    worker: (&'a str, u64),
     kind: &'a EventKind,
 }
 
@@ -270,7 +280,26 @@ struct StoredOwned {
     key: Option<([u8; 32], u32)>,
     root_run: String,
     agent: Option<String>,
+    worker: (String, u64),
     kind: EventKind,
+}
+
+/// An event as record format 2 stored it, before events named their
+/// worker: still read, never written.
+#[derive(Deserialize)]
+struct StoredV2 {
+    at_ms: u64,
+    tool: String,
+    key: Option<([u8; 32], u32)>,
+    root_run: String,
+    agent: Option<String>,
+    kind: EventKind,
+}
+
+/// How an event names its worker: `worker#incarnation` (as
+/// [`Owner`]'s `Display` writes it).
+pub fn worker_name(worker: &str, incarnation: u64) -> String {
+    format!("{worker}#{incarnation:016x}")
 }
 
 /// The stored form of an event, for a journal write that carries it.
@@ -283,15 +312,37 @@ pub fn encode(draft: &Draft<'_>) -> Result<Vec<u8>, Error> {
             key: draft.key.map(|k| (*k.digest(), k.generation())),
             root_run: draft.root_run,
             agent: (draft.agent != draft.root_run).then_some(draft.agent),
+            worker: (&draft.worker.worker, draft.worker.incarnation),
             kind: &draft.kind,
         },
     )
 }
 
 /// Decodes a stored event (`location` and `seq` name it in errors).
+///
+/// Events of record format 2 (written before events named their worker)
+/// decode with `worker: None`.
 pub fn decode(location: &str, seq: u64, bytes: &[u8]) -> Result<AuditEvent, Error> {
-    let stored: StoredOwned = record::decode(Kind::Event, bytes, location, &seq.to_be_bytes())?;
+    let id = seq.to_be_bytes();
+    let (stored, worker) = if record::version_of(bytes) == Some(2) {
+        let old: StoredV2 = record::decode(Kind::Event, bytes, location, &id)?;
+        let stored = StoredOwned {
+            at_ms: old.at_ms,
+            tool: old.tool,
+            key: old.key,
+            root_run: old.root_run,
+            agent: old.agent,
+            worker: (String::new(), 0),
+            kind: old.kind,
+        };
+        (stored, None)
+    } else {
+        let stored: StoredOwned = record::decode(Kind::Event, bytes, location, &id)?;
+        let worker = worker_name(&stored.worker.0, stored.worker.1);
+        (stored, Some(worker))
+    };
     Ok(AuditEvent {
+        worker,
         seq,
         at_ms: stored.at_ms,
         key: stored
@@ -302,4 +353,94 @@ pub fn decode(location: &str, seq: u64, bytes: &[u8]) -> Result<AuditEvent, Erro
         root_run: stored.root_run,
         kind: stored.kind,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::RECORD_VERSION;
+
+    fn owner() -> Owner {
+        Owner {
+            worker: "pod-7".into(),
+            incarnation: 0x5eed,
+        }
+    }
+
+    fn key() -> IdemKey {
+        IdemKey::from_parts("send_email", [7; 32], 0)
+    }
+
+    #[test]
+    fn an_event_names_the_worker_and_incarnation_that_wrote_it() {
+        let key = key();
+        let owner = owner();
+        let bytes = encode(&Draft {
+            at_ms: 5,
+            tool: "send_email",
+            key: Some(&key),
+            root_run: "order-1",
+            agent: "order-1",
+            worker: &owner,
+            kind: EventKind::Attempt { attempt: 1 },
+        })
+        .unwrap();
+        assert_eq!(record::version_of(&bytes), Some(RECORD_VERSION));
+        let ev = decode("test", 3, &bytes).unwrap();
+        assert_eq!(ev.worker.as_deref(), Some("pod-7#0000000000005eed"));
+        assert_eq!(ev.worker.as_deref(), Some(&*owner.to_string()));
+        assert!(ev
+            .to_json_line()
+            .contains(r#""worker":"pod-7#0000000000005eed""#));
+    }
+
+    /// What format 2 wrote: the same fields without the worker.
+    #[derive(Serialize)]
+    struct Format2<'a> {
+        at_ms: u64,
+        tool: &'a str,
+        key: Option<([u8; 32], u32)>,
+        root_run: &'a str,
+        agent: Option<&'a str>,
+        kind: &'a EventKind,
+    }
+
+    #[test]
+    fn events_of_format_2_still_decode_without_a_worker() {
+        let key = key();
+        let kind = EventKind::Committed {
+            attempt: 1,
+            via: "call".into(),
+        };
+        let mut bytes = record::encode(
+            Kind::Event,
+            &Format2 {
+                at_ms: 5,
+                tool: "send_email",
+                key: Some((*key.digest(), key.generation())),
+                root_run: "order-1",
+                agent: None,
+                kind: &kind,
+            },
+        )
+        .unwrap();
+        // Format 2's checksum covered the body alone.
+        bytes[1] = 2;
+        let crc = record::frame_checksum(2, &bytes[6..]);
+        bytes[2..6].copy_from_slice(&crc.to_le_bytes());
+        let ev = decode("test", 3, &bytes).unwrap();
+        assert_eq!(ev.worker, None);
+        assert_eq!(ev.kind, kind);
+        assert_eq!(ev.key.as_deref(), Some(key.as_str()));
+        assert_eq!(ev.agent, "order-1");
+        // The same body claiming the current format (with a checksum that
+        // matches) is refused, not misread.
+        bytes[1] = RECORD_VERSION;
+        let crc = record::frame_checksum(RECORD_VERSION, &bytes[6..]);
+        bytes[2..6].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            decode("test", 3, &bytes),
+            Err(Error::Corrupt { .. })
+        ));
+    }
 }

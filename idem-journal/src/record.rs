@@ -1,7 +1,8 @@
 //! The stored form of an operation, and its versioned, checksummed encoding.
 //!
 //! Every value idem stores is framed as
-//! `[kind: u8][format version: u8][crc32 of body: u32 LE][body: bincode 2]`.
+//! `[kind: u8][format version: u8][crc32 of version and body: u32 LE][body: bincode 2]`
+//! (format 2's checksum covered the body alone).
 //! A frame that is too short, has the wrong kind, fails its checksum or does
 //! not decode is [`Error::Corrupt`]: never treated as absent. A newer format
 //! version is [`Error::RecordVersion`]: never guessed at.
@@ -17,7 +18,10 @@ use crate::class::Class;
 use crate::error::Error;
 
 /// Version of the record format written by this build.
-pub const RECORD_VERSION: u8 = 2;
+///
+/// 3: audit events name the worker that acted (format 2's events still
+/// decode, without one); every other kind is the same as in format 2.
+pub const RECORD_VERSION: u8 = 3;
 
 /// Largest body bincode may decode when the frame is small; a corrupt
 /// length prefix cannot make it allocate more than this.
@@ -316,9 +320,15 @@ pub fn encode<T: Serialize>(kind: Kind, value: &T) -> Result<Vec<u8>, Error> {
             limit: LARGE_LIMIT as u64,
         });
     }
-    let crc = crc32(&out[6..]);
+    let crc = frame_checksum(RECORD_VERSION, &out[6..]);
     out[2..6].copy_from_slice(&crc.to_le_bytes());
     Ok(out)
+}
+
+/// The format version a frame says it was written in, without checking
+/// anything else (`None` for a frame too short to say).
+pub fn version_of(bytes: &[u8]) -> Option<u8> {
+    bytes.get(1).copied()
 }
 
 /// Decodes a frame of `kind`; `key` is used in error messages only.
@@ -359,7 +369,7 @@ pub fn decode<T: DeserializeOwned>(
     }
     let stored = u32::from_le_bytes([bytes[2], bytes[3], bytes[4], bytes[5]]);
     let body = &bytes[6..];
-    let actual = crc32(body);
+    let actual = frame_checksum(bytes[1], body);
     if stored != actual {
         return Err(corrupt(format!(
             "checksum mismatch (stored {stored:08x}, computed {actual:08x})"
@@ -381,8 +391,25 @@ pub fn decode<T: DeserializeOwned>(
     Ok(value)
 }
 
+/// The checksum a frame of `version` carries for `body`. From format 3 on
+/// it covers the version byte too, so that a flipped version byte (3 read
+/// as 2, whose events have another layout) is damage, never another
+/// reading of the same bytes; format 2 checked the body alone.
+pub fn frame_checksum(version: u8, body: &[u8]) -> u32 {
+    if version <= 2 {
+        crc32(body)
+    } else {
+        !crc32_update(crc32_update(!0, &[version]), body)
+    }
+}
+
 /// CRC-32 (IEEE, reflected), table-driven.
 pub fn crc32(data: &[u8]) -> u32 {
+    !crc32_update(!0, data)
+}
+
+/// Runs CRC-32's register over `data` (no initial or final inversion).
+fn crc32_update(mut crc: u32, data: &[u8]) -> u32 {
     const TABLE: [u32; 256] = {
         let mut table = [0u32; 256];
         let mut i = 0;
@@ -402,11 +429,10 @@ pub fn crc32(data: &[u8]) -> u32 {
         }
         table
     };
-    let mut crc = !0u32;
     for &b in data {
         crc = TABLE[((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
     }
-    !crc
+    crc
 }
 
 #[cfg(test)]
@@ -483,7 +509,7 @@ mod tests {
     /// A frame with a valid checksum whose body is `body`.
     fn frame(kind: Kind, body: &[u8]) -> Vec<u8> {
         let mut out = vec![kind as u8, RECORD_VERSION];
-        out.extend(crc32(body).to_le_bytes());
+        out.extend(frame_checksum(RECORD_VERSION, body).to_le_bytes());
         out.extend(body);
         out
     }

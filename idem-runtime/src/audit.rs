@@ -98,6 +98,7 @@ impl AuditLog {
             tool = draft.tool,
             key = %draft.key.map_or("", IdemKey::as_str),
             root_run = draft.root_run,
+            worker = %draft.worker,
             event = ?draft.kind,
         );
         if self.live.receiver_count() > 0 {
@@ -108,6 +109,7 @@ impl AuditLog {
                 key: draft.key.map(|k| k.to_string()),
                 root_run: draft.root_run.to_string(),
                 agent: draft.agent.to_string(),
+                worker: Some(draft.worker.to_string()),
                 kind: draft.kind,
             });
         }

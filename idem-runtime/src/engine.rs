@@ -812,6 +812,7 @@ fn draft<'a>(ctx: &'a Ctx, tool: &'a str, key: Option<&'a IdemKey>, kind: EventK
         key,
         root_run: ctx.root_run(),
         agent: ctx.agent(),
+        worker: &ctx.shared().owner,
         kind,
     }
 }

@@ -224,6 +224,7 @@ impl Runtime {
                 key: Some(&current_key),
                 root_run: &rec.root_run,
                 agent: "operator",
+                worker: &self.shared.owner,
                 kind,
             })
             .collect();

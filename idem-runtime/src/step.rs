@@ -58,6 +58,7 @@ where
         key: None,
         root_run: ctx.root_run(),
         agent: ctx.agent(),
+        worker: &shared.owner,
         kind,
     };
     let mut machine = Step::new(name, ctx.root_run());

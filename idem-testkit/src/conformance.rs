@@ -27,7 +27,8 @@ use std::time::Duration;
 
 use idem_runtime::journal::{BoxFuture, Journal, Space};
 use idem_runtime::{
-    Class, ManualClock, Resolution, RetryPolicy, Runtime, SledJournal, ToolDescriptor, ToolError,
+    Class, EventKind, ManualClock, Resolution, RetryPolicy, Runtime, SledJournal, ToolDescriptor,
+    ToolError,
 };
 
 use crate::engine::{
@@ -288,7 +289,8 @@ macro_rules! conformance_suite {
             an_undecodable_record_is_an_error_never_absent,
             audit_sequence_is_strictly_increasing_and_followers_miss_nothing,
             sequence_numbers_never_go_back_after_a_prune_and_a_crash,
-            steps_are_memoized_across_crashes
+            steps_are_memoized_across_crashes,
+            every_event_names_the_worker_that_acted
         );
     };
     ($factory:expr, leases) => {
@@ -1181,6 +1183,83 @@ pub async fn steps_are_memoized_across_crashes(b: &dyn Backend) {
     assert!(matches!(failed, Err(ToolError::Tool(TestError::Refused))));
     let ok: Result<u8, ToolError<TestError>> = rt.run("run").step("flaky", async { Ok(3) }).await;
     assert_eq!(ok.unwrap(), 3);
+}
+
+/// Every audit event says which worker and incarnation acted: the caller's
+/// for what a call does, the resolving worker's for an operator's
+/// resolution, a new incarnation's after a restart under the same id.
+pub async fn every_event_names_the_worker_that_acted(b: &dyn Backend) {
+    let w1 = worker(b, "w1").await;
+    let w2 = worker(b, "w2").await;
+    let (one, two) = (w1.owner().to_string(), w2.owner().to_string());
+    assert_ne!(one, two);
+    let t = fast("t", Class::AtMostOnce);
+    let p = ScriptedProvider::new(&[Step::Ok, Step::LandThenTimeout]);
+    let from = w1.audit(0).await.unwrap().last().map_or(0, |e| e.seq + 1);
+    // w1: a fresh call (intent, attempt, committed) and a step.
+    call(&w1.run("run"), t, &p, 1, "a", VerifyMode::None)
+        .await
+        .unwrap();
+    let _: u8 = w1
+        .run("run")
+        .step("plan", async { Ok::<_, TestError>(1) })
+        .await
+        .unwrap();
+    let mine = w1.audit(from).await.unwrap();
+    assert!(mine.len() >= 4, "{mine:?}");
+    for e in &mine {
+        assert_eq!(e.worker.as_deref(), Some(&*one), "{}: {e:?}", b.name());
+    }
+    // w2: a replay, an escalation, then its own resolution of it.
+    let from = mine.last().unwrap().seq + 1;
+    call(&w2.run("run"), t, &p, 1, "a", VerifyMode::None)
+        .await
+        .unwrap();
+    let key = match call(&w2.run("run"), t, &p, 2, "a", VerifyMode::None).await {
+        Err(ToolError::Escalated { key, .. }) => key,
+        other => panic!("{}: {other:?}", b.name()),
+    };
+    w2.resolve(&key, Resolution::Abandon, "cancelled")
+        .await
+        .unwrap();
+    let theirs = w2.audit(from).await.unwrap();
+    let kinds: Vec<_> = theirs.iter().map(|e| &e.kind).collect();
+    assert!(kinds.contains(&&EventKind::DedupeHit), "{kinds:?}");
+    assert!(
+        kinds
+            .iter()
+            .any(|k| matches!(k, EventKind::Resolved { .. })),
+        "{kinds:?}"
+    );
+    for e in &theirs {
+        assert_eq!(e.worker.as_deref(), Some(&*two), "{}: {e:?}", b.name());
+    }
+    // A restart under the same id is another incarnation, and says so.
+    drop(w1);
+    let again = worker(b, "w1").await;
+    let three = again.owner().to_string();
+    assert!(
+        three.starts_with("w1#") && three != one,
+        "{three} after {one}"
+    );
+    let from = theirs.last().unwrap().seq + 1;
+    let _: u8 = again
+        .run("run")
+        .step("other", async { Ok::<_, TestError>(2) })
+        .await
+        .unwrap();
+    let later = again.audit(from).await.unwrap();
+    assert!(!later.is_empty());
+    for e in &later {
+        assert_eq!(e.worker.as_deref(), Some(&*three), "{}: {e:?}", b.name());
+    }
+    // And every event read back from the journal names one.
+    assert!(again
+        .audit(0)
+        .await
+        .unwrap()
+        .iter()
+        .all(|e| e.worker.is_some()));
 }
 
 /// A worker paused past its lease (its renewals stop, its request held at

@@ -23,8 +23,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::files::{Checkpoint, LogEnd, Meta, FORMAT, MAGIC};
-use idem_journal::audit::{self as stored, Draft};
+use idem_journal::audit::{self as stored, AuditEvent, Draft};
 use idem_journal::error::Error;
+use idem_journal::journal::Owner;
 use idem_journal::key::IdemKey;
 use idem_journal::record::{self, Kind, OpRecord, State, StepRecord, StepState};
 
@@ -88,7 +89,7 @@ pub fn record(data: &[u8]) -> Outcome {
 /// Writes `kind` and the checksum of the body into a frame.
 fn fix_frame(kind: Kind, frame: &mut [u8]) {
     frame[0] = kind as u8;
-    let crc = record::crc32(&frame[6..]);
+    let crc = record::frame_checksum(frame[1], &frame[6..]);
     frame[2..6].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -129,6 +130,20 @@ fn op_views(rec: &OpRecord) {
     }
 }
 
+/// The worker an event's `worker#incarnation` names.
+fn worker_of(name: &str) -> Owner {
+    let (worker, hex) = name
+        .rsplit_once('#')
+        .unwrap_or_else(|| panic!("a decoded event's worker {name:?} has no incarnation"));
+    let incarnation = u64::from_str_radix(hex, 16)
+        .unwrap_or_else(|e| panic!("a decoded event's incarnation {hex:?} is not hex: {e}"));
+    assert_eq!(hex.len(), 16, "incarnations are written in 16 hex digits");
+    Owner {
+        worker: worker.into(),
+        incarnation,
+    }
+}
+
 /// An audit event, decoded as the stream reader does, and written back as
 /// the engine would write it.
 fn event(frame: &[u8]) -> Outcome {
@@ -144,19 +159,33 @@ fn event(frame: &[u8]) -> Outcome {
     if let Some(k) = &key {
         key_text_round_trips(k);
     }
+    // An event of format 2 names no worker; the engine writes one into
+    // every event now, so it comes back with the one written.
+    let worker = match ev.worker.as_deref() {
+        Some(name) => worker_of(name),
+        None => Owner {
+            worker: "fuzz".into(),
+            incarnation: 1,
+        },
+    };
     let bytes = stored::encode(&Draft {
         at_ms: ev.at_ms,
         tool: &ev.tool,
         key: key.as_ref(),
         root_run: &ev.root_run,
         agent: &ev.agent,
+        worker: &worker,
         kind: ev.kind.clone(),
     })
     .expect("a decoded event encodes again");
     let back = stored::decode("fuzz", 7, &bytes).expect("a re-encoded event decodes again");
     // The key's tool prefix is rebuilt from the stored tool name, so only
     // the key text may legitimately differ in form; it must not.
-    assert_eq!(back, ev, "decode(encode(event)) != event");
+    let expected = AuditEvent {
+        worker: Some(worker.to_string()),
+        ..ev
+    };
+    assert_eq!(back, expected, "decode(encode(event)) != event");
     Outcome::Decoded
 }
 
@@ -319,6 +348,10 @@ pub(crate) fn record_seeds() -> Vec<(String, Vec<u8>)> {
                 key: Some(&key),
                 root_run: "order-1",
                 agent: "order-1/child",
+                worker: &Owner {
+                    worker: "pod-7".into(),
+                    incarnation: 0x5eed,
+                },
                 kind,
             }),
         ));
