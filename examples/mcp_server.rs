@@ -20,6 +20,11 @@
 //!   stdio (`--http 127.0.0.1:8080`).
 //! - Providers: started by the server itself, unless their addresses are in
 //!   the `IDEM_TESTKIT_*_ADDR` variables (so they outlive a killed server).
+//! - `IDEM_MCP_LOG=FILTER` (e.g. `idem=debug,info`) turns on `tracing`'s
+//!   log, written to stderr: on stdio, stdout is the protocol channel, and
+//!   a single log line there breaks the client's JSON-RPC stream. MCP
+//!   clients keep a server's stderr (Claude Desktop, for one, writes it to
+//!   a log file per server), so that is where a stdio server's log goes.
 //! - `IDEM_MCP_KILL_AT=TOOL` makes the server SIGKILL itself when TOOL's
 //!   request has landed at the provider and before idem commits it, the
 //!   worst moment to die (after writing the path in `IDEM_MCP_KILL_MARKER`,
@@ -37,6 +42,7 @@ use idem_testkit::{ProviderAddrs, Providers};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    log_to_stderr()?;
     let (journal, _temp) = journal_dir()?;
     let (shop, _providers) = shop().await?;
 
@@ -63,6 +69,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             server.serve_http(listener, shutdown).await?;
         }
     }
+    Ok(())
+}
+
+/// `tracing` to stderr, filtered by `IDEM_MCP_LOG` (nothing when unset).
+/// Never stdout: on stdio it carries the protocol, and nothing else may.
+fn log_to_stderr() -> Result<(), Box<dyn std::error::Error>> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let Ok(filter) = std::env::var("IDEM_MCP_LOG") else {
+        return Ok(());
+    };
+    let targets: tracing_subscriber::filter::Targets = filter
+        .parse()
+        .map_err(|e| format!("IDEM_MCP_LOG={filter:?}: {e}"))?;
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_max_level(tracing_subscriber::filter::LevelFilter::TRACE)
+        .finish()
+        .with(targets);
+    subscriber.try_init()?;
     Ok(())
 }
 

@@ -6,7 +6,8 @@ their ledgers and checks them afterwards):
     python mcp_client.py SERVER_BINARY JOURNAL_DIR KILL_MARKER
 
 The provider addresses come in the IDEM_TESTKIT_*_ADDR variables and are
-passed on to the server (the client gives a server a filtered environment).
+passed on to the server with IDEM_MCP_LOG, its log filter (the client gives
+a server a filtered environment; the server's stderr is this script's).
 Prints one JSON object, the report, on its last line of stdout; exits
 non-zero with the reason on stderr when the client itself sees something
 wrong.
@@ -22,7 +23,11 @@ from mcp.client.stdio import stdio_client
 
 SERVER, JOURNAL, MARKER = sys.argv[1], sys.argv[2], sys.argv[3]
 RUN = {"idem/run": "order-4711"}
-PROVIDER_ENV = {k: v for k, v in os.environ.items() if k.startswith("IDEM_TESTKIT_")}
+PROVIDER_ENV = {
+    k: v
+    for k, v in os.environ.items()
+    if k.startswith("IDEM_TESTKIT_") or k == "IDEM_MCP_LOG"
+}
 
 
 def server(extra_env=None):

@@ -112,6 +112,9 @@ async fn the_python_mcp_client_drives_the_demo_tools_exactly_once() {
         .arg(&journal)
         .arg(&marker)
         .envs(providers.addrs().to_env())
+        // The server logs everything to stderr while it serves on stdio:
+        // the protocol on stdout must not notice.
+        .env("IDEM_MCP_LOG", "trace")
         .kill_on_drop(true);
     let out = tokio::time::timeout(Duration::from_secs(300), command.output())
         .await
@@ -126,6 +129,14 @@ async fn the_python_mcp_client_drives_the_demo_tools_exactly_once() {
     );
     let report: Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
         .unwrap_or_else(|e| panic!("no report ({e}):\n{stdout}\n{stderr}"));
+    // The log went to stderr: the engine's audit events and the MCP
+    // server's own, from both server processes.
+    for line in ["idem::audit", "idem mcp call"] {
+        assert!(
+            stderr.contains(line),
+            "no {line:?} in the server's stderr:\n{stderr}"
+        );
+    }
     println!("{report:#}");
     let at = |path: &[&str]| field(&report, path).clone();
 

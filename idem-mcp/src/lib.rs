@@ -48,6 +48,37 @@
 //! stream) and [`McpServer::serve_http`] (streamable HTTP at `/mcp`), or
 //! [`McpServer::http_service`] to mount rmcp's service in your own router.
 //!
+//! # Logging on stdio
+//!
+//! On stdio, stdout is the protocol channel: one line of anything else
+//! there (a log line, a `println!` in a tool) breaks the client's JSON-RPC
+//! stream. Send `tracing` to stderr, which MCP clients keep (most write a
+//! server's stderr to a log file of their own), or to a file:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! # use idem_mcp as mcp;
+//! use tracing_subscriber::util::SubscriberInitExt as _;
+//!
+//! tracing_subscriber::fmt()
+//!     .with_writer(std::io::stderr) // never stdout
+//!     .with_ansi(false)             // a log file, not a terminal
+//!     .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+//!     .finish()
+//!     .try_init()?;
+//! let rt = idem::Runtime::open("./journal")?;
+//! mcp::McpServer::new(rt, idem::Toolbox::functions())?
+//!     .serve_stdio()
+//!     .await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! At `info`, every audit event is one line (target `idem::audit`: tool,
+//! key, run, worker, what happened); `debug` adds one line per MCP call.
+//! The demo server (`examples/mcp_server.rs`) does this under
+//! `IDEM_MCP_LOG=FILTER`.
+//!
 //! # `#[tool]` and rmcp's `#[tool]`
 //!
 //! rmcp has an attribute of the same name for its own tool router. This
