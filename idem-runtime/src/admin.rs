@@ -76,8 +76,8 @@
 //!
 //! Counts of events (attempts of journaled tools, dedupe hits, replays,
 //! verdicts, escalations) are taken when their audit event is written. The
-//! durations are measured on tokio's clock (a paused test clock stops
-//! them).
+//! durations are real time (`std::time::Instant`), also under a paused
+//! test clock.
 
 pub use idem_admin::files::{
     address_path, token_path, AddressFile, ADDRESS_FILE, TOKEN_ENV, TOKEN_FILE,

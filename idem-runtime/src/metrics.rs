@@ -351,7 +351,7 @@ impl Metrics {
         slot.in_flight.fetch_add(1, Relaxed);
         Metered {
             slot,
-            started: tokio::time::Instant::now(),
+            started: std::time::Instant::now(),
             outcome: Outcome::Cancelled,
         }
     }
@@ -382,7 +382,7 @@ impl Metrics {
                 Durability::Immediate => 0,
                 Durability::Eventual => 1,
             }],
-            started: tokio::time::Instant::now(),
+            started: std::time::Instant::now(),
         }
     }
 
@@ -558,7 +558,7 @@ fn escape_help(text: &str) -> String {
 /// `cancelled` when dropped before.
 pub(crate) struct Metered<'a> {
     slot: &'a ToolMetrics,
-    started: tokio::time::Instant,
+    started: std::time::Instant,
     outcome: Outcome,
 }
 
@@ -590,7 +590,7 @@ impl Drop for Metered<'_> {
 /// A record write being timed; observed when dropped.
 pub(crate) struct Timed<'a> {
     histogram: &'a Histogram,
-    started: tokio::time::Instant,
+    started: std::time::Instant,
 }
 
 impl Drop for Timed<'_> {
