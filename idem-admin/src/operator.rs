@@ -64,6 +64,10 @@ pub trait Operator: Send + Sync + 'static {
 
     /// Removes what retention allows.
     fn prune(&self) -> BoxFuture<'_, Result<PruneReport, Error>>;
+
+    /// The runtime's metrics in Prometheus' text exposition format
+    /// (version 0.0.4), served as `GET /metrics`.
+    fn metrics(&self) -> BoxFuture<'_, Result<String, Error>>;
 }
 
 /// A live view of the audit stream.

@@ -9,6 +9,7 @@ pub struct AdminOptions {
     pub(crate) token: Option<String>,
     pub(crate) allow_remote: bool,
     pub(crate) dir: Option<PathBuf>,
+    pub(crate) public_metrics: bool,
 }
 
 impl std::fmt::Debug for AdminOptions {
@@ -18,6 +19,7 @@ impl std::fmt::Debug for AdminOptions {
             .field("token", &self.token.as_ref().map(|_| "<set>"))
             .field("allow_remote", &self.allow_remote)
             .field("dir", &self.dir)
+            .field("public_metrics", &self.public_metrics)
             .finish()
     }
 }
@@ -30,6 +32,7 @@ impl AdminOptions {
             token: None,
             allow_remote: false,
             dir: None,
+            public_metrics: false,
         }
     }
 
@@ -44,6 +47,15 @@ impl AdminOptions {
     /// put TLS in front of it.
     pub fn allow_remote(mut self, allow: bool) -> AdminOptions {
         self.allow_remote = allow;
+        self
+    }
+
+    /// Serve `GET /metrics` (Prometheus' text format) without the bearer
+    /// token, for a scraper that cannot send one (default: the token is
+    /// needed there as on every other route but `/healthz`). The metrics
+    /// name tools and count calls; they carry no key, argument or result.
+    pub fn public_metrics(mut self, public: bool) -> AdminOptions {
+        self.public_metrics = public;
         self
     }
 

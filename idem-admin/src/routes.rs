@@ -42,6 +42,8 @@ pub(crate) struct App {
     /// The `Host` headers a request may carry (`None`: any, for a server
     /// that allows remote clients behind a proxy).
     hosts: Option<Vec<String>>,
+    /// `GET /metrics` is served without the token.
+    public_metrics: bool,
     /// The latest committed operation of each tool, learned by reading the
     /// audit stream once and then only what is new.
     latest: tokio::sync::Mutex<Latest>,
@@ -65,6 +67,7 @@ impl App {
         addr: std::net::SocketAddr,
         stop: watch::Receiver<bool>,
         hosts: Option<Vec<String>>,
+        public_metrics: bool,
     ) -> App {
         App {
             operator,
@@ -73,6 +76,7 @@ impl App {
             addr,
             stop,
             hosts,
+            public_metrics,
             latest: tokio::sync::Mutex::new(Latest::default()),
         }
     }
@@ -108,10 +112,13 @@ impl App {
             }
             _ => {}
         }
-        let Some(route) = path.strip_prefix("/v1/") else {
-            return not_found(&path);
+        let route = match path.strip_prefix("/v1/") {
+            Some(route) => route,
+            None if path == "/metrics" => "metrics",
+            None => return not_found(&path),
         };
-        if !self.authorized(&req) {
+        let public = path == "/metrics" && self.public_metrics;
+        if !public && !self.authorized(&req) {
             let mut answer = error(
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
@@ -133,6 +140,13 @@ impl App {
         }
         let rt = &*self.operator;
         let segments: Vec<&str> = route.split('/').collect();
+        if path == "/metrics" {
+            return if method == Method::GET {
+                metrics(rt).await
+            } else {
+                method_not_allowed("GET")
+            };
+        }
         match (segments.as_slice(), &method) {
             (["tools"], &Method::GET) => self.tools(rt).await,
             (["escalations"], &Method::GET) => match rt.escalations().await {
@@ -406,6 +420,23 @@ impl AuditQuery {
     }
 }
 
+/// `GET /metrics`: the runtime's metrics in Prometheus' text format.
+async fn metrics(rt: &dyn Operator) -> Answer {
+    match rt.metrics().await {
+        Ok(text) => {
+            let mut answer = Response::new(Body::full(text));
+            let h = answer.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            answer
+        }
+        Err(e) => runtime_error(&e),
+    }
+}
+
 async fn operation(rt: &dyn Operator, key: &IdemKey) -> Answer {
     let op = match rt.operation(key).await {
         Ok(Some(op)) => op,
@@ -546,7 +577,7 @@ fn not_found(path: &str) -> Answer {
         "not_found",
         &format!(
             "no route {path:?}: the API has /v1/tools, /v1/escalations, /v1/ops/KEY, \
-             /v1/ops/KEY/resolve, /v1/audit, /v1/stats, /v1/prune and /healthz"
+             /v1/ops/KEY/resolve, /v1/audit, /v1/stats, /v1/prune, /metrics and /healthz"
         ),
     )
 }

@@ -129,6 +129,7 @@ pub fn serve(
         local,
         stop.clone(),
         hosts,
+        options.public_metrics,
     ));
     handle.spawn(accept_loop(listener, app, stop));
     tracing::info!(target: "idem::admin", %url, dir = %dir.display(), "admin API listening");

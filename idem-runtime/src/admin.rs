@@ -28,6 +28,7 @@
 //! | `GET /v1/audit?from=N` | the durable audit stream from `N` (or `end`) as JSON lines; `&limit=M` stops after `M`; `&follow=true` keeps streaming events as they become durable |
 //! | `POST /v1/prune` | [`Runtime::prune`](crate::Runtime::prune) ([`PruneView`]) |
 //! | `GET /v1/stats` | per-tool counts and the journal's size ([`StatsView`]) |
+//! | `GET /metrics` | this worker's metrics in Prometheus' text format (see below); needs the token unless [`AdminOptions::public_metrics`] |
 //! | `GET /healthz` | `{"status":"ok"}`, without a token; with `?challenge=HEX`, also the proof that the server holds the token (see [`proof`]) |
 //! | `GET /` | the escalation inbox, a page for people (it asks for the token) |
 //!
@@ -46,6 +47,37 @@
 //!
 //! It listens on loopback unless [`AdminOptions::allow_remote`] says
 //! otherwise: plain HTTP, no TLS.
+//!
+//! # Metrics
+//!
+//! `GET /metrics` answers in Prometheus' text exposition format (version
+//! 0.0.4). The counters and histograms are this worker's: the calls made
+//! through this `Runtime` (its clones and `Ctx`s included) since it was
+//! opened, which for a worker process is since it started; they start
+//! from zero in every process and are not read back from the journal, so
+//! the workers of one PostgreSQL journal each count their own calls
+//! (`sum()` them in Prometheus). Label values are escaped as the format
+//! says (backslash, double quote, line feed).
+//!
+//! | series | type | labels | what |
+//! |---|---|---|---|
+//! | `idem_calls_total` | counter | `tool`, `class`, `outcome` | calls that returned (or were dropped), by how: `ok`, `tool_error` (the tool's own error), `escalated`, `in_flight`, `args_mismatch`, `abandoned`, `timed_out` (the retry budget ran out), `rejected` / `failed` (a replay of an operation the provider refused / that never landed), `error` (any other journal error), `cancelled` (the call's future was dropped before it returned); a series appears once it is non-zero |
+//! | `idem_attempts_total` | counter | `tool`, `class` | attempts that called the tool's body |
+//! | `idem_dedupe_hits_total` | counter | `tool` | calls answered from the journal without calling the provider |
+//! | `idem_provider_replays_total` | counter | `tool` | responses the provider reported as replays of our key (`Ctx::mark_provider_replay`) |
+//! | `idem_verify_total` | counter | `tool`, `verdict` | `verify`'s answers: `landed`, `not_landed`, `unknown`, `error` (it failed or timed out) |
+//! | `idem_escalations_opened_total` | counter | `tool` | operations this worker parked for a human |
+//! | `idem_escalations_settled_total` | counter | `tool` | escalations an operator settled (or amended) through this worker |
+//! | `idem_escalations_open` | gauge | | operations parked in the journal at the scrape (the journal's count, the same from every worker: `max()` them) |
+//! | `idem_approvals_pending` | gauge | | calls waiting for a person's approval: always 0, as this version has no approvals |
+//! | `idem_calls_in_flight` | gauge | | calls being made through this worker now |
+//! | `idem_call_duration_seconds` | histogram | `tool`, `class` | from the call to its return, replays included; buckets 10 µs, 50 µs, 100 µs, 500 µs, 1 ms, 2.5 ms, 5 ms, 10 ms, 25 ms, 50 ms, 100 ms, 250 ms, 500 ms, 1 s, 2.5 s, 5 s, 10 s, 30 s, 60 s |
+//! | `idem_journal_commit_seconds` | histogram | `durability` (`immediate`, `eventual`) | one write of a record with its audit events (a call's INTENT, its commit, an escalation, a step, a resolution); buckets 10 µs, 50 µs, 100 µs, 250 µs, 500 µs, 1 ms, 2.5 ms, 5 ms, 10 ms, 25 ms, 50 ms, 100 ms, 250 ms, 500 ms, 1 s |
+//!
+//! Counts of events (attempts of journaled tools, dedupe hits, replays,
+//! verdicts, escalations) are taken when their audit event is written. The
+//! durations are real time (`std::time::Instant`), also under a paused
+//! test clock.
 
 pub use idem_admin::files::{
     address_path, token_path, AddressFile, ADDRESS_FILE, TOKEN_ENV, TOKEN_FILE,
@@ -180,6 +212,14 @@ impl Operator for Served {
 
     fn prune(&self) -> BoxFuture<'_, Result<PruneReport, Error>> {
         Box::pin(async move { self.rt()?.prune().await })
+    }
+
+    fn metrics(&self) -> BoxFuture<'_, Result<String, Error>> {
+        Box::pin(async move {
+            let rt = self.rt()?;
+            let open = rt.escalations().await?.len() as u64;
+            Ok(rt.shared.audit.metrics.render(open))
+        })
     }
 }
 

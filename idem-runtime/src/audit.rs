@@ -2,15 +2,15 @@
 //! with a sequence number, readable from any sequence, live, as JSON lines,
 //! and as `tracing` events; and the per-tool statistics derived from it.
 
-use std::collections::HashMap;
 use std::io::Write;
-use std::sync::Mutex;
 
 use idem_journal::audit::{self as stored, AuditEvent, Draft, Stats};
 use idem_journal::error::Error;
 use idem_journal::journal::{Durability, Journal, NewEvent};
 use idem_journal::key::IdemKey;
 use tokio::sync::broadcast;
+
+use crate::metrics::Metrics;
 
 /// A live view of the audit stream; see `Runtime::subscribe`.
 #[derive(Debug)]
@@ -58,16 +58,18 @@ impl Subscription {
 /// The runtime's side of the stream.
 pub(crate) struct AuditLog {
     live: broadcast::Sender<AuditEvent>,
-    /// Read-only calls are not journaled (their overhead budget is under a
-    /// microsecond); this process counts them here.
-    read_only: Mutex<HashMap<&'static str, u64>>,
+    /// This runtime's metrics: counted from the events published, and by
+    /// the calls themselves. Read-only calls are not journaled (their
+    /// overhead budget is under a microsecond); this process counts them
+    /// there.
+    pub(crate) metrics: Metrics,
 }
 
 impl AuditLog {
     pub(crate) fn new() -> Self {
         AuditLog {
             live: broadcast::channel(4096).0,
-            read_only: Mutex::new(HashMap::new()),
+            metrics: Metrics::default(),
         }
     }
 
@@ -92,6 +94,7 @@ impl AuditLog {
     /// Tells subscribers and `tracing` about an event the journal holds as
     /// `seq`.
     pub(crate) fn publish(&self, seq: u64, draft: Draft<'_>) {
+        self.metrics.event(draft.tool, &draft.kind);
         tracing::info!(
             target: "idem::audit",
             seq,
@@ -113,15 +116,6 @@ impl AuditLog {
                 kind: draft.kind,
             });
         }
-    }
-
-    pub(crate) fn count_read_only(&self, tool: &'static str) {
-        *self
-            .read_only
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(tool)
-            .or_insert(0) += 1;
     }
 
     pub(crate) fn subscribe(&self) -> Subscription {
@@ -172,13 +166,10 @@ impl AuditLog {
             Ok(())
         })
         .await?;
-        for (tool, n) in self
-            .read_only
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
-            stats.tools.entry((*tool).to_string()).or_default().calls += n;
+        for m in self.metrics.tools() {
+            if m.class() == Some(idem_journal::class::Class::ReadOnly) {
+                stats.tools.entry(m.name().to_string()).or_default().calls += m.calls();
+            }
         }
         Ok(stats)
     }

@@ -139,8 +139,9 @@ where
     if !tool.class.is_journaled() {
         return call_read_only(ctx, tool, attempt).await;
     }
-    let (json, fingerprint) = args.canonical();
     let shared = ctx.shared();
+    let metered = shared.audit.metrics.call(tool);
+    let (json, fingerprint) = args.canonical();
     shared.saw(tool, hooks.check_landed);
     let policy = policy_of(tool, verify.is_some());
     let args_len = json.len();
@@ -177,7 +178,7 @@ where
     // without reading the journal. (Other arguments take the journal's
     // path, which records the drift and applies the tool's policy.)
     let cached = driver.cached(fingerprint);
-    driver.drive(Input::Start { cached, args_len }).await
+    metered.finish(driver.drive(Input::Start { cached, args_len }).await)
 }
 
 /// A tool's rules, as the machine applies them.
@@ -672,7 +673,23 @@ fn stored<T: Serialize>(value: &T) -> Stored {
 pub async fn call_read_only<T, E, F, Fut>(
     ctx: &Ctx,
     tool: &'static ToolDescriptor,
+    attempt: F,
+) -> Result<T, ToolError<E>>
+where
+    E: Classify + Debug,
+    F: FnMut(Ctx) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let metered = ctx.shared().audit.metrics.call(tool);
+    let result = read_only(ctx, tool, attempt, metered.slot()).await;
+    metered.finish(result)
+}
+
+async fn read_only<T, E, F, Fut>(
+    ctx: &Ctx,
+    tool: &'static ToolDescriptor,
     mut attempt: F,
+    metrics: &crate::metrics::ToolMetrics,
 ) -> Result<T, ToolError<E>>
 where
     E: Classify + Debug,
@@ -681,7 +698,6 @@ where
 {
     use crate::machine::read_only::{Action as Ro, Input as RoIn, Outcome as RoOut, ReadOnly};
     let shared = ctx.shared();
-    shared.audit.count_read_only(tool.name);
     // The machine decides; this executes. Its times are ms since the call
     // began, on tokio's clock (a paused test clock drives it).
     let started = tokio::time::Instant::now();
@@ -705,6 +721,7 @@ where
         input = match machine.step(&tool.retry, env, input) {
             Ro::Attempt { attempt: n } => {
                 attempts = n;
+                metrics.attempted();
                 match run_attempt(tool, attempt(ctx.for_call(None, n))).await {
                     Ok(Ok(v)) => return Ok(v),
                     Ok(Err(e)) => {

@@ -27,6 +27,7 @@ mod key;
 mod leaders;
 #[doc(hidden)]
 pub mod machine;
+mod metrics;
 mod replays;
 mod retry;
 mod runtime;

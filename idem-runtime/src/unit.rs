@@ -64,6 +64,7 @@ pub(crate) async fn write(
         durability: unit.durability,
     };
     let journal = &*shared.journal;
+    let timed = shared.audit.metrics.commit(unit.durability);
     let (version, epoch, seqs) = if unit.unread {
         match journal.claim(write).await? {
             Claimed::Done {
@@ -83,6 +84,7 @@ pub(crate) async fn write(
             Written::Conflict => return Ok(Wrote::Conflict(None)),
         }
     };
+    drop(timed);
     for (seq, draft) in seqs.into_iter().zip(drafts) {
         shared.audit.publish(seq, draft);
     }

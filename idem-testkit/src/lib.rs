@@ -58,6 +58,8 @@ mod payments;
 pub mod pg;
 #[cfg(feature = "powercut")]
 pub mod powercut;
+#[cfg(unix)]
+pub mod prometheus;
 mod providers;
 mod rng;
 mod server;
