@@ -184,12 +184,12 @@
 // root is an explicit list too, and `.ci/run` checks the surface against
 // `public-api.txt`).
 pub use idem_runtime::{
-    dispatch, tool_schemas, tools, ArgSchema, AuditEvent, BoxFuture, Class, Classify, Clock, Ctx,
-    DispatchError, Error, Escalation, EventKind, Failure, IdemKey, Journal, KeyEncoder, KeyPart,
-    LandedCheck, ManualClock, OnDrift, Operation, Owner, PruneReport, Resolution, ResolutionView,
-    RetryPolicy, Runtime, RuntimeBuilder, Stats, Subscription, SubscriptionError, SystemClock,
-    ToolDescriptor, ToolError, ToolSchema, ToolSet, ToolStats, Toolbox, Verdict, KEY_VERSION,
-    MAX_ARGS_BYTES, MAX_NOTE_BYTES,
+    dispatch, dispatch_reported, reporting, tool_schemas, tools, ArgSchema, AuditEvent, BoxFuture,
+    CallReport, Class, Classify, Clock, Ctx, DispatchError, Dispatched, Error, Escalation,
+    EventKind, Failure, IdemKey, Journal, KeyEncoder, KeyPart, LandedCheck, ManualClock, OnDrift,
+    Operation, Owner, PruneReport, Resolution, ResolutionView, RetryPolicy, Runtime,
+    RuntimeBuilder, Stats, Subscription, SubscriptionError, SystemClock, ToolDescriptor, ToolError,
+    ToolSchema, ToolSet, ToolStats, Toolbox, Verdict, KEY_VERSION, MAX_ARGS_BYTES, MAX_NOTE_BYTES,
 };
 #[cfg(feature = "postgres")]
 pub use idem_runtime::{PostgresJournal, PostgresOptions};

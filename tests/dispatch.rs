@@ -394,3 +394,53 @@ mod with_schemars {
         assert_eq!(shipped, "3 to Main St 1, Kiel");
     }
 }
+
+/// Looks an order up, charging it first if need be: a read-only tool whose
+/// body calls a journaled one.
+#[tool(class = "read_only")]
+async fn order_status(ctx: &Ctx, order_id: u64) -> Result<String, ApiError> {
+    let charged = charge(ctx, order_id, 10, None)
+        .await
+        .map_err(|e| ApiError::Declined(format!("{e:?}")))?;
+    Ok(format!("charged {charged}"))
+}
+
+#[tokio::test]
+async fn dispatch_reported_says_whether_a_result_was_replayed_and_what_drifted() {
+    let (_dir, rt) = runtime();
+    let ctx = rt.run("reported");
+    let args = |cents: u32, note: &str| json!({ "order_id": 880, "cents": cents, "note": note });
+    let first = idem::dispatch_reported(&ctx, "charge", args(10, "a"))
+        .await
+        .unwrap();
+    assert_eq!(first.value, "880:10:a");
+    assert!(!first.replayed, "the first call ran");
+    assert!(first.drift.is_empty());
+    let again = idem::dispatch_reported(&ctx, "charge", args(10, "a"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.value.clone(), again.replayed),
+        (first.value.clone(), true)
+    );
+    assert!(again.drift.is_empty(), "{:?}", again.drift);
+    let drifted = idem::dispatch_reported(&ctx, "charge", args(10, "b"))
+        .await
+        .unwrap();
+    assert_eq!(drifted.value, "880:10:a", "the recorded result");
+    assert!(drifted.replayed);
+    assert_eq!(drifted.drift, ["note"]);
+    // The plain dispatch returns the same value as before.
+    let plain = idem::dispatch(&ctx, "charge", args(11, "c")).await.unwrap();
+    assert_eq!(plain, "880:10:a");
+
+    // The report is the outermost call's: a read-only tool whose body
+    // replays a journaled call is not itself a replay.
+    let status = Toolbox::functions()
+        .dispatch_reported(&ctx, "order_status", json!({ "order_id": 880 }))
+        .await
+        .unwrap();
+    assert_eq!(status.value, "charged 880:10:a");
+    assert!(!status.replayed, "{status:?}");
+    assert!(status.drift.is_empty(), "{status:?}");
+}

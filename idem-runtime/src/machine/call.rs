@@ -578,6 +578,16 @@ impl Call {
         &self.op.rec
     }
 
+    /// The arguments of this call that differ from those the operation
+    /// was recorded with (see [`drifted_fields`](super::drift::drifted_fields));
+    /// empty when the fingerprints agree.
+    pub fn drift(&self) -> Vec<String> {
+        if self.op.rec.fingerprint == self.called.fingerprint {
+            return Vec::new();
+        }
+        super::drift::drifted_fields(&self.op.rec.args, &self.called.args)
+    }
+
     /// Whether the call has returned.
     pub fn is_done(&self) -> bool {
         self.phase == Phase::Returned
