@@ -189,6 +189,7 @@ fn policy_of(tool: &ToolDescriptor, verify: bool) -> Policy {
         dedupe_window: tool.dedupe_window,
         timeout: tool.timeout,
         on_drift: tool.on_drift,
+        drift_reject: tool.drift_reject,
         verify,
         commit: tool.commit,
     }
