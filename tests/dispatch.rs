@@ -444,3 +444,55 @@ async fn dispatch_reported_says_whether_a_result_was_replayed_and_what_drifted()
     assert!(!status.replayed, "{status:?}");
     assert!(status.drift.is_empty(), "{status:?}");
 }
+
+/// Moves money: a changed amount or account is another transfer, a
+/// changed memo is not.
+#[tool(
+    class = "provider",
+    key = "transfer_id",
+    on_drift(reject = "amount, iban")
+)]
+async fn transfer(
+    _ctx: &Ctx,
+    transfer_id: u64,
+    amount: u64,
+    iban: String,
+    memo: String,
+) -> Result<String, ApiError> {
+    Ok(format!("{transfer_id}:{amount}:{iban}:{memo}"))
+}
+
+#[tokio::test]
+async fn a_drift_in_an_unlisted_field_replays_and_in_a_listed_one_is_refused() {
+    let (_dir, rt) = runtime();
+    let ctx = rt.run("payout");
+    let args = |amount: u64, iban: &str, memo: &str| json!({ "transfer_id": 1, "amount": amount, "iban": iban, "memo": memo });
+    let first = idem::dispatch_reported(&ctx, "transfer", args(500, "DE1", "rent"))
+        .await
+        .unwrap();
+    assert_eq!(first.value, "1:500:DE1:rent");
+    let memo = idem::dispatch_reported(&ctx, "transfer", args(500, "DE1", "May"))
+        .await
+        .unwrap();
+    assert_eq!(memo.value, "1:500:DE1:rent", "replayed");
+    assert_eq!(
+        (memo.replayed, memo.drift),
+        (true, vec!["memo".to_string()])
+    );
+    for (changed, call) in [
+        ("amount", args(900, "DE1", "rent")),
+        ("iban", args(500, "FR7", "rent")),
+    ] {
+        let (out, report) = idem::reporting(idem::dispatch(&ctx, "transfer", call)).await;
+        let err = out.unwrap_err();
+        assert!(
+            matches!(err, DispatchError::ArgsMismatch { .. }),
+            "{changed}: {err:?}"
+        );
+        assert_eq!(report.drift, [changed], "{changed}");
+        assert!(!report.replayed);
+    }
+    // The direct call obeys the same rule.
+    let direct = transfer(&ctx, 1, 500, "DE1".into(), "other".into()).await;
+    assert_eq!(direct.unwrap(), "1:500:DE1:rent");
+}
