@@ -25,6 +25,7 @@ struct Slot {
 /// What the engine said about one call: whether its result was replayed,
 /// and which arguments differ from those its operation was recorded with.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CallReport {
     /// The result was recorded before this call (a committed operation,
     /// from the journal or this runtime's cache): the tool's body did not
@@ -75,6 +76,7 @@ pub(crate) fn fill(report: CallReport) {
 /// A dispatched call's result with what the engine said about it (see
 /// [`dispatch_reported`](super::dispatch_reported)).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Dispatched {
     /// The tool's result, as [`dispatch`](super::dispatch) returns it.
     pub value: Value,
