@@ -705,6 +705,8 @@ pub use idem_mcp as mcp;
 /// # use idem::{tool, Classify, Ctx, Failure, Runtime, ToolError};
 /// # #[derive(Debug)] struct BankError;
 /// # impl Classify for BankError { fn classify(&self) -> Failure { Failure::Semantic } }
+/// # impl std::fmt::Display for BankError { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("refused") } }
+/// # impl std::error::Error for BankError {}
 /// #[tool(class = "provider", key = "transfer_id", on_drift(reject = "amount, iban"))]
 /// async fn transfer(ctx: &Ctx, transfer_id: u64, amount: u64, iban: String, memo: String) -> Result<u64, BankError> {
 ///     Ok(amount)
