@@ -184,12 +184,12 @@
 // root is an explicit list too, and `.ci/run` checks the surface against
 // `public-api.txt`).
 pub use idem_runtime::{
-    dispatch, tool_schemas, tools, ArgSchema, AuditEvent, BoxFuture, Class, Classify, Clock, Ctx,
-    DispatchError, Error, Escalation, EventKind, Failure, IdemKey, Journal, KeyEncoder, KeyPart,
-    LandedCheck, ManualClock, OnDrift, Operation, Owner, PruneReport, Resolution, ResolutionView,
-    RetryPolicy, Runtime, RuntimeBuilder, Stats, Subscription, SubscriptionError, SystemClock,
-    ToolDescriptor, ToolError, ToolSchema, ToolSet, ToolStats, Toolbox, Verdict, KEY_VERSION,
-    MAX_ARGS_BYTES, MAX_NOTE_BYTES,
+    dispatch, dispatch_reported, reporting, tool_schemas, tools, ArgSchema, AuditEvent, BoxFuture,
+    CallReport, Class, Classify, Clock, Ctx, DispatchError, Dispatched, Error, Escalation,
+    EventKind, Failure, IdemKey, Journal, KeyEncoder, KeyPart, LandedCheck, ManualClock, OnDrift,
+    Operation, Owner, PruneReport, Resolution, ResolutionView, RetryPolicy, Runtime,
+    RuntimeBuilder, Stats, Subscription, SubscriptionError, SystemClock, ToolDescriptor, ToolError,
+    ToolSchema, ToolSet, ToolStats, Toolbox, Verdict, KEY_VERSION, MAX_ARGS_BYTES, MAX_NOTE_BYTES,
 };
 #[cfg(feature = "postgres")]
 pub use idem_runtime::{PostgresJournal, PostgresOptions};
@@ -234,6 +234,7 @@ pub use idem_mcp as mcp;
 ///           max_interval = "100s", max_elapsed = "1h", jitter = true),
 ///     timeout = "30s",                  per attempt; an overrun is ambiguous
 ///     on_drift = "replay" | "reject",   same key, other arguments
+///     on_drift(reject = "amount, iban"), refuse only when these changed
 ///     redact = "body, card",            never written to the journal
 ///     dispatch = true | false,          JSON dispatcher: required / none
 ///                                       (default: where the types allow)
@@ -668,6 +669,15 @@ pub use idem_mcp as mcp;
 /// first operation and records an `ArgsDrift` audit event; `"reject"`
 /// refuses the call with [`ToolError::ArgsMismatch`], as Stripe does.
 ///
+/// `on_drift(reject = "amount, iban")` refuses only a call whose listed
+/// parameters changed, and replays one that changed others (a memo, a
+/// note). The listed names are whole parameters after the context, not
+/// redacted ones (a redacted parameter is never recorded, so its change
+/// cannot be seen): anything else is a compile error. When the record does
+/// not hold the arguments it was made with, every parameter counts as
+/// changed: the call is refused. [`dispatch_reported`] and MCP's `_meta`
+/// name the parameters that drifted.
+///
 /// ```
 /// # use idem::{tool, Classify, Ctx, Failure, Runtime, ToolError};
 /// # #[derive(Debug)] enum ApiError { Refused, Timeout, Rejected }
@@ -686,6 +696,32 @@ pub use idem_mcp as mcp;
 /// let ctx = rt.run("order-4711");
 /// assert_eq!(refund(&ctx, 4711, 500).await?, 500);
 /// let err = refund(&ctx, 4711, 5000).await.unwrap_err();
+/// assert!(matches!(err, ToolError::ArgsMismatch { .. }));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ```
+/// # use idem::{tool, Classify, Ctx, Failure, Runtime, ToolError};
+/// # #[derive(Debug)] struct BankError;
+/// # impl Classify for BankError { fn classify(&self) -> Failure { Failure::Semantic } }
+/// # impl std::fmt::Display for BankError { fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("refused") } }
+/// # impl std::error::Error for BankError {}
+/// #[tool(class = "provider", key = "transfer_id", on_drift(reject = "amount, iban"))]
+/// async fn transfer(ctx: &Ctx, transfer_id: u64, amount: u64, iban: String, memo: String) -> Result<u64, BankError> {
+///     Ok(amount)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let rt = Runtime::open(dir.path())?;
+/// let ctx = rt.run("payout-7");
+/// assert_eq!(transfer(&ctx, 7, 500, "DE89".into(), "rent".into()).await?, 500);
+/// // Another memo: the transfer is replayed.
+/// assert_eq!(transfer(&ctx, 7, 500, "DE89".into(), "May rent".into()).await?, 500);
+/// // Another amount: refused.
+/// let err = transfer(&ctx, 7, 900, "DE89".into(), "rent".into()).await.unwrap_err();
 /// assert!(matches!(err, ToolError::ArgsMismatch { .. }));
 /// # Ok(())
 /// # }

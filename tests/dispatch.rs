@@ -394,3 +394,105 @@ mod with_schemars {
         assert_eq!(shipped, "3 to Main St 1, Kiel");
     }
 }
+
+/// Looks an order up, charging it first if need be: a read-only tool whose
+/// body calls a journaled one.
+#[tool(class = "read_only")]
+async fn order_status(ctx: &Ctx, order_id: u64) -> Result<String, ApiError> {
+    let charged = charge(ctx, order_id, 10, None)
+        .await
+        .map_err(|e| ApiError::Declined(format!("{e:?}")))?;
+    Ok(format!("charged {charged}"))
+}
+
+#[tokio::test]
+async fn dispatch_reported_says_whether_a_result_was_replayed_and_what_drifted() {
+    let (_dir, rt) = runtime();
+    let ctx = rt.run("reported");
+    let args = |cents: u32, note: &str| json!({ "order_id": 880, "cents": cents, "note": note });
+    let first = idem::dispatch_reported(&ctx, "charge", args(10, "a"))
+        .await
+        .unwrap();
+    assert_eq!(first.value, "880:10:a");
+    assert!(!first.replayed, "the first call ran");
+    assert!(first.drift.is_empty());
+    let again = idem::dispatch_reported(&ctx, "charge", args(10, "a"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.value.clone(), again.replayed),
+        (first.value.clone(), true)
+    );
+    assert!(again.drift.is_empty(), "{:?}", again.drift);
+    let drifted = idem::dispatch_reported(&ctx, "charge", args(10, "b"))
+        .await
+        .unwrap();
+    assert_eq!(drifted.value, "880:10:a", "the recorded result");
+    assert!(drifted.replayed);
+    assert_eq!(drifted.drift, ["note"]);
+    // The plain dispatch returns the same value as before.
+    let plain = idem::dispatch(&ctx, "charge", args(11, "c")).await.unwrap();
+    assert_eq!(plain, "880:10:a");
+
+    // The report is the outermost call's: a read-only tool whose body
+    // replays a journaled call is not itself a replay.
+    let status = Toolbox::functions()
+        .dispatch_reported(&ctx, "order_status", json!({ "order_id": 880 }))
+        .await
+        .unwrap();
+    assert_eq!(status.value, "charged 880:10:a");
+    assert!(!status.replayed, "{status:?}");
+    assert!(status.drift.is_empty(), "{status:?}");
+}
+
+/// Moves money: a changed amount or account is another transfer, a
+/// changed memo is not.
+#[tool(
+    class = "provider",
+    key = "transfer_id",
+    on_drift(reject = "amount, iban")
+)]
+async fn transfer(
+    _ctx: &Ctx,
+    transfer_id: u64,
+    amount: u64,
+    iban: String,
+    memo: String,
+) -> Result<String, ApiError> {
+    Ok(format!("{transfer_id}:{amount}:{iban}:{memo}"))
+}
+
+#[tokio::test]
+async fn a_drift_in_an_unlisted_field_replays_and_in_a_listed_one_is_refused() {
+    let (_dir, rt) = runtime();
+    let ctx = rt.run("payout");
+    let args = |amount: u64, iban: &str, memo: &str| json!({ "transfer_id": 1, "amount": amount, "iban": iban, "memo": memo });
+    let first = idem::dispatch_reported(&ctx, "transfer", args(500, "DE1", "rent"))
+        .await
+        .unwrap();
+    assert_eq!(first.value, "1:500:DE1:rent");
+    let memo = idem::dispatch_reported(&ctx, "transfer", args(500, "DE1", "May"))
+        .await
+        .unwrap();
+    assert_eq!(memo.value, "1:500:DE1:rent", "replayed");
+    assert_eq!(
+        (memo.replayed, memo.drift),
+        (true, vec!["memo".to_string()])
+    );
+    for (changed, call) in [
+        ("amount", args(900, "DE1", "rent")),
+        ("iban", args(500, "FR7", "rent")),
+    ] {
+        let (out, report) = idem::reporting(idem::dispatch(&ctx, "transfer", call)).await;
+        let err = out.unwrap_err();
+        assert!(
+            matches!(err, DispatchError::ArgsMismatch { .. }),
+            "{changed}: {err:?}"
+        );
+        assert_eq!(report.drift, [changed], "{changed}");
+        assert!(!report.replayed);
+    }
+    // The direct call obeys the same rule.
+    let direct = transfer(&ctx, 1, 500, "DE1".into(), "other".into()).await;
+    assert_eq!(direct.unwrap(), "1:500:DE1:rent");
+}

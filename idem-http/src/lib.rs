@@ -16,6 +16,10 @@
 //!   couple of lines.
 //! - [`classify_status`] and [`classify_error`] classify a status you decoded
 //!   yourself and a [`reqwest::Error`]; [`retry_after`] reads `Retry-After`.
+//! - [`send_unkeyed`] (or [`send_with`] and [`KeyMode::Omit`]) sends
+//!   without the `Idempotency-Key` header: for APIs that do not take one
+//!   and the GETs of a `verify` function.
+//! - [`reqwest`] is re-exported: the version `send` takes.
 //! - [`RequestBuilderExt::idempotency_key_as`] writes the key in Stripe's
 //!   form or the IETF draft's quoted form ([`KeyHeader`]).
 //! - [`client_builder`] is a `reqwest::ClientBuilder` with reqwest's own
@@ -141,6 +145,13 @@ pub use error::HttpError;
 pub use headers::{is_replayed, mark_if_replayed, KeyHeader, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 pub use redact::{redact_url, BODY_EXCERPT_LIMIT};
 pub use retry_after::{retry_after, MAX_RETRY_AFTER};
-pub use send::{client_builder, send, RequestBuilderExt, CONNECT_TIMEOUT};
+pub use send::{
+    client_builder, send, send_unkeyed, send_with, KeyMode, RequestBuilderExt, CONNECT_TIMEOUT,
+};
+
+/// The reqwest this crate was built with (0.13): name its types through
+/// `idem::http::reqwest` to be sure they are the ones [`send`] takes,
+/// whatever version your own `Cargo.toml` has.
+pub use reqwest;
 pub use status::{classify_status, classify_status_at};
 pub use transport::classify_error;

@@ -40,6 +40,28 @@ pub fn client_builder() -> ClientBuilder {
         .connect_timeout(CONNECT_TIMEOUT)
 }
 
+/// Whether and how [`send_with`] sets the `Idempotency-Key` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyMode {
+    /// Set it to the call's key in this form, unless the request already
+    /// has the header ([`send`] is `KeyMode::Header(KeyHeader::Stripe)`).
+    Header(KeyHeader),
+    /// Send no `Idempotency-Key`: for an API that does not take one (many
+    /// email APIs reject unknown headers, or key by their own field) and
+    /// for the GETs of a `verify` function, which ask about an operation
+    /// rather than perform one. A header already on the request is
+    /// removed. (A default header of the client itself, set with
+    /// `ClientBuilder::default_headers`, is added by reqwest when it sends,
+    /// and is not seen here.)
+    Omit,
+}
+
+impl Default for KeyMode {
+    fn default() -> Self {
+        KeyMode::Header(KeyHeader::Stripe)
+    }
+}
+
 /// Sends `request` for the tool call `ctx` and returns the response if its
 /// status is a success (2xx).
 ///
@@ -47,7 +69,7 @@ pub fn client_builder() -> ClientBuilder {
 ///   unless the request already has the header (set it with
 ///   [`RequestBuilderExt::idempotency_key_as`](crate::RequestBuilderExt::idempotency_key_as)
 ///   for the quoted form). In a `read_only` tool there is no key and no
-///   header.
+///   header. [`send_unkeyed`] and [`send_with`] can leave it out.
 /// - Calls [`Ctx::mark_provider_replay`] when the response says
 ///   `Idempotent-Replayed: true`, whatever its status.
 /// - Turns every other status into an [`HttpError`] classified by
@@ -59,13 +81,41 @@ pub fn client_builder() -> ClientBuilder {
 /// [`client_builder`] (or with reqwest's retries off) so that each attempt
 /// is one request.
 pub async fn send(ctx: &Ctx, request: RequestBuilder) -> Result<Response, HttpError> {
+    send_with(ctx, request, KeyMode::default()).await
+}
+
+/// [`send`] without the `Idempotency-Key` header ([`KeyMode::Omit`]):
+/// status classification and replay detection as always. A 409 of an
+/// unkeyed request is a refusal (semantic), not a request in flight.
+///
+/// A tool whose API takes no key (a journal tool's email API, say) uses it
+/// for all its requests; a `verify` function for its GETs.
+pub async fn send_unkeyed(ctx: &Ctx, request: RequestBuilder) -> Result<Response, HttpError> {
+    send_with(ctx, request, KeyMode::Omit).await
+}
+
+/// [`send`], with the key header as `mode` says. A tool that keeps its
+/// `KeyMode` in a field (`http::send_with(ctx, request, self.key)`) decides
+/// it once for all its requests.
+pub async fn send_with(
+    ctx: &Ctx,
+    request: RequestBuilder,
+    mode: KeyMode,
+) -> Result<Response, HttpError> {
     let (client, request) = request.build_split();
     let mut request = request.map_err(|e| HttpError::from_reqwest(None, e))?;
-    if !request.headers().contains_key(IDEMPOTENCY_KEY) {
-        if let Some(key) = ctx.try_idempotency_key() {
-            request
-                .headers_mut()
-                .insert(IDEMPOTENCY_KEY, KeyHeader::Stripe.value(key));
+    match mode {
+        KeyMode::Header(form) => {
+            if !request.headers().contains_key(IDEMPOTENCY_KEY) {
+                if let Some(key) = ctx.try_idempotency_key() {
+                    request
+                        .headers_mut()
+                        .insert(IDEMPOTENCY_KEY, form.value(key));
+                }
+            }
+        }
+        KeyMode::Omit => {
+            request.headers_mut().remove(IDEMPOTENCY_KEY);
         }
     }
     let keyed = request.headers().contains_key(IDEMPOTENCY_KEY);
@@ -103,6 +153,13 @@ pub trait RequestBuilderExt: Sized {
         self,
         ctx: &Ctx,
     ) -> impl std::future::Future<Output = Result<reqwest::Response, HttpError>> + Send;
+
+    /// [`crate::send_unkeyed`] this request: as [`send_idem`](Self::send_idem),
+    /// without the `Idempotency-Key` header.
+    fn send_idem_unkeyed(
+        self,
+        ctx: &Ctx,
+    ) -> impl std::future::Future<Output = Result<reqwest::Response, HttpError>> + Send;
 }
 
 impl RequestBuilderExt for RequestBuilder {
@@ -118,5 +175,12 @@ impl RequestBuilderExt for RequestBuilder {
         ctx: &Ctx,
     ) -> impl std::future::Future<Output = Result<reqwest::Response, HttpError>> + Send {
         send(ctx, self)
+    }
+
+    fn send_idem_unkeyed(
+        self,
+        ctx: &Ctx,
+    ) -> impl std::future::Future<Output = Result<reqwest::Response, HttpError>> + Send {
+        send_unkeyed(ctx, self)
     }
 }

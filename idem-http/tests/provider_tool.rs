@@ -276,3 +276,79 @@ async fn a_refusal_is_returned_at_once_with_its_excerpt() {
     assert_eq!(err.body_excerpt(), Some("{\"error\":\"card_declined\"}"));
     assert_eq!(server.requests(), 1, "not retried");
 }
+
+/// A journal tool whose email API takes no key, and whose `verify` asks
+/// with a GET: neither sends `Idempotency-Key`.
+struct Mailer {
+    /// The client, named through the re-export.
+    client: http::reqwest::Client,
+    base: String,
+    /// How this tool's sends set the key.
+    key: http::KeyMode,
+}
+
+#[tool]
+impl Mailer {
+    #[tool(class = "journal", timeout = "30s", key = "message_id", verify = mail_landed, retry(initial = "1ms", jitter = false))]
+    async fn mail(&self, ctx: &Ctx, message_id: u64) -> Result<String, HttpError> {
+        let request = self
+            .client
+            .post(format!("{}/v1/mail/{message_id}", self.base));
+        Ok(http::send_with(ctx, request, self.key)
+            .await?
+            .text()
+            .await?)
+    }
+
+    async fn mail_landed(&self, ctx: &Ctx) -> Result<Verdict<String>, HttpError> {
+        let request = self.client.get(format!("{}/v1/mail", self.base));
+        let _ = request.send_idem_unkeyed(ctx).await?;
+        Ok(Verdict::Landed("found".into()))
+    }
+}
+
+#[tokio::test]
+async fn the_key_header_can_be_left_out_per_tool_and_per_request() {
+    let mut server = Server::start(|seen| {
+        // The first send of the mail is answered 503 (ambiguous): the
+        // engine asks `verify` before sending again.
+        if seen.method == "POST" && seen.target.ends_with("/2") {
+            Answer::status(503)
+        } else {
+            Answer::with(200, &[], "sent")
+        }
+    })
+    .await;
+    let (_dir, rt) = runtime();
+    let base = server.url("");
+    let mailer = |key| Mailer {
+        client: http::client_builder().build().unwrap(),
+        base: base.clone(),
+        key,
+    };
+    let ctx = rt.run("mail");
+    let unkeyed = mailer(http::KeyMode::Omit);
+    assert_eq!(unkeyed.mail(&ctx, 1).await.unwrap(), "sent");
+    let seen = server.next().await;
+    assert_eq!(seen.header("idempotency-key"), None, "{:?}", seen.headers);
+
+    // An ambiguous send, then verify's GET: neither keyed.
+    assert_eq!(unkeyed.mail(&ctx, 2).await.unwrap(), "found");
+    let (post, get) = (server.next().await, server.next().await);
+    assert_eq!((post.method.as_str(), get.method.as_str()), ("POST", "GET"));
+    assert_eq!(post.header("idempotency-key"), None);
+    assert_eq!(get.header("idempotency-key"), None);
+
+    // The same tool with the header in the quoted form; and a header the
+    // request set itself is removed under `Omit`.
+    let quoted = mailer(http::KeyMode::Header(KeyHeader::Quoted));
+    quoted.mail(&ctx, 3).await.unwrap();
+    let seen = server.next().await;
+    let key = seen.header("idempotency-key").expect("keyed");
+    assert!(key.starts_with('"') && key.ends_with("-g0\""), "{key}");
+    let request = reqwest::Client::new()
+        .get(format!("{base}/v1/mail"))
+        .header("idempotency-key", "set-by-hand");
+    http::send_unkeyed(&ctx, request).await.unwrap();
+    assert_eq!(server.next().await.header("idempotency-key"), None);
+}

@@ -339,6 +339,7 @@ fn descriptor(
         quote!(Replay)
     };
     let redact = &tool.redact;
+    let drift_reject = &tool.drift_reject;
     let verify = match &tool.verify {
         Verify::Path(path) => {
             let text = path.to_token_stream().to_string().replace(' ', "");
@@ -374,6 +375,7 @@ fn descriptor(
                 })
                 .with_timeout(#timeout)
                 .with_on_drift(#p::OnDrift::#on_drift)
+                .with_drift_reject(&[#(#drift_reject),*])
                 .with_redact(&[#(#redact),*])
                 .with_verify(#verify)
                 .with_check_landed(#check_landed)

@@ -58,6 +58,9 @@ pub(crate) struct Tool {
     pub(crate) retry: Retry,
     pub(crate) timeout: Option<Duration>,
     pub(crate) on_drift_reject: bool,
+    /// `on_drift(reject = "a, b")`: the parameters whose change refuses a
+    /// drifted call.
+    pub(crate) drift_reject: Vec<String>,
     pub(crate) redact: Vec<String>,
     /// Whether a JSON dispatcher is generated (see `crate::dispatch`).
     pub(crate) dispatch: Dispatch,

@@ -248,8 +248,44 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         .as_ref()
         .and_then(|(name, value)| duration_arg(name, value, &mut errors));
 
+    // `on_drift(reject = "a, b")`: its list, checked once `redact` is known.
+    let mut drift_list: Option<LitStr> = None;
     let on_drift_reject = match &raw.on_drift {
         None => false,
+        Some((name, Value::List(_, args))) => {
+            for Arg { name: n, value: v } in args {
+                let text = n.to_string();
+                if text != "reject" {
+                    errors.at(
+                        n.span(),
+                        unknown("argument", &text, &["reject"], "on_drift(...)"),
+                    );
+                    continue;
+                }
+                if drift_list.is_some() {
+                    errors.at(
+                        n.span(),
+                        "duplicate argument `reject`: it is already given above",
+                    );
+                    continue;
+                }
+                match v.as_str() {
+                    Some(lit) => drift_list = Some(lit),
+                    None => errors.at(
+                        v.span(n),
+                        "`reject` takes a string listing parameters: on_drift(reject = \"amount, iban\")",
+                    ),
+                }
+            }
+            if args.is_empty() {
+                errors.at(
+                    name.span(),
+                    "`on_drift(...)` takes the parameters whose change refuses a call: \
+                     on_drift(reject = \"amount, iban\")",
+                );
+            }
+            false
+        }
         Some((name, value)) => {
             match value.as_str() {
                 Some(s) if s.value() == "replay" => false,
@@ -267,7 +303,7 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
                 None => {
                     errors.at(
                         value.span(name),
-                        "`on_drift` takes \"replay\" or \"reject\"",
+                        "`on_drift` takes \"replay\", \"reject\", or reject = \"a, b\" in parentheses",
                     );
                     false
                 }
@@ -288,6 +324,9 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
             }
         },
     };
+    let drift_reject = drift_list
+        .map(|lit| drift_fields(&lit, &shape, &redact, &mut errors))
+        .unwrap_or_default();
 
     let dispatch = match &raw.dispatch {
         None => Dispatch::Auto,
@@ -492,6 +531,7 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         retry,
         timeout,
         on_drift_reject,
+        drift_reject,
         redact,
         dispatch,
         dispatch_span: raw.dispatch.as_ref().map(|(name, _)| name.span()),
@@ -975,6 +1015,73 @@ fn key_fields(lit: &LitStr, shape: &Parts, item: &ItemFn, errors: &mut Errors) -
             members,
             span: lit.span(),
         });
+    }
+    out
+}
+
+/// The parameters of `on_drift(reject = "...")`: whole parameters that are
+/// recorded (neither the context nor redacted), each once.
+fn drift_fields(
+    lit: &LitStr,
+    shape: &Parts,
+    redacted: &[String],
+    errors: &mut Errors,
+) -> Vec<String> {
+    let ctx = ctx_name(shape);
+    let mut out: Vec<String> = Vec::new();
+    for entry in entries(lit) {
+        let param = shape
+            .params
+            .iter()
+            .find(|p| p.ident.unraw() == entry.as_str());
+        if Some(entry.as_str()) == ctx.as_deref() {
+            errors.on(
+                lit,
+                format!(
+                    "`{entry}` in `on_drift(reject)`: the context is not an argument of the call, \
+                     so it never drifts"
+                ),
+            );
+        } else if param.is_some() && redacted.contains(&entry) {
+            errors.on(
+                lit,
+                format!(
+                    "`{entry}` in `on_drift(reject)` is redacted: it is never recorded, so a \
+                     change of it cannot be seen; take it out of `redact` or out of `reject`"
+                ),
+            );
+        } else if let Some(p) = param {
+            let name = p.ident.unraw().to_string();
+            if out.contains(&name) {
+                errors.on(
+                    lit,
+                    format!("`{entry}` appears twice in `on_drift(reject)`"),
+                );
+            } else {
+                out.push(name);
+            }
+        } else {
+            let names: Vec<String> = shape
+                .params
+                .iter()
+                .map(|p| p.ident.unraw().to_string())
+                .collect();
+            let hint = closest(&entry, names.iter().map(String::as_str))
+                .map_or_else(String::new, |c| format!(" (did you mean `{c}`?)"));
+            let what = if entry.contains('.') {
+                format!(
+                    "`{entry}` in `on_drift(reject)`: it names whole parameters, not field paths"
+                )
+            } else if entry.is_empty() {
+                "`on_drift(reject)` has an empty entry".to_string()
+            } else {
+                format!("`{entry}` in `on_drift(reject)` is not a parameter{hint}")
+            };
+            errors.on(
+                lit,
+                format!("{what}; the parameters are: {}", param_list(shape)),
+            );
+        }
     }
     out
 }

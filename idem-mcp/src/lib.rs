@@ -42,7 +42,15 @@
 //!   `in_flight`: retry later with the same arguments; `args_mismatch`;
 //!   `abandoned`; `tool_error` with the tool's `failure` class;
 //!   `invalid_arguments`; `no_run_identity`, ...), `message`, `advice`,
-//!   `retryable`, and the `tool` and operation `key`.
+//!   `retryable`, and the `tool` and operation `key`. A call of a tool
+//!   the server does not have is such a result too (`unknown_tool`, with
+//!   the names of the tools there are in `tools`), not a protocol error.
+//! - Every result of a dispatched call carries, in its `_meta`,
+//!   `"idem/replayed": true` when its result was recorded before (the tool
+//!   did not run for this call) and `false` otherwise, and, when the
+//!   arguments differ from those the operation was first recorded with,
+//!   `"idem/drift": ["amount", ...]` (the names of the arguments that
+//!   changed; all of them when the record does not hold its arguments).
 //!
 //! Transports: [`McpServer::serve_stdio`], [`McpServer::serve`] (any byte
 //! stream) and [`McpServer::serve_http`] (streamable HTTP at `/mcp`), or

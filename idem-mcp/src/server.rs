@@ -3,10 +3,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use idem_runtime::{Class, DispatchError, Runtime, ToolSchema, ToolSet};
+use idem_runtime::{CallReport, Class, DispatchError, Runtime, ToolSchema, ToolSet};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
-    CustomResult, ErrorCode, Implementation, ListToolsResult, PaginatedRequestParams,
+    CustomResult, ErrorCode, Implementation, ListToolsResult, MetaObject, PaginatedRequestParams,
     ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
@@ -88,7 +88,7 @@ fn listed(schema: &ToolSchema) -> Tool {
         Arc::new(input),
     )
     .with_annotations(annotations(schema));
-    let mut meta = rmcp::model::MetaObject::new();
+    let mut meta = MetaObject::new();
     meta.insert("idem/class".into(), schema.class.as_str().into());
     tool = tool.with_meta(meta);
     tool
@@ -244,14 +244,12 @@ impl McpServer {
     ) -> Result<CallToolResult, ErrorData> {
         let inner = &self.inner;
         let Some(&tool) = inner.names.get(request.name.as_ref()) else {
-            return Err(ErrorData::invalid_params(
-                format!(
-                    "no tool named `{}`; the tools are: {}",
-                    request.name,
-                    inner.names.keys().cloned().collect::<Vec<_>>().join(", ")
-                ),
-                None,
-            ));
+            // A result the model can read and act on, not a protocol
+            // error: it names the tools there are.
+            return Ok(failure(&DispatchError::UnknownTool {
+                name: request.name.to_string(),
+                known: inner.names.keys().cloned().collect(),
+            }));
         };
         let arguments = request.arguments.unwrap_or_default();
         // rmcp moves the request's `_meta` into the context; a params
@@ -281,17 +279,28 @@ impl McpServer {
             ctx = ctx.scope(s);
         }
         tracing::debug!(tool, run = %identity.run, "idem mcp call");
-        Ok(
-            match inner
-                .tools
-                .dispatch(&ctx, tool, Value::Object(arguments))
-                .await
-            {
-                Ok(value) => success(value),
-                Err(e) => failure(&e),
-            },
-        )
+        let (out, report) =
+            idem_runtime::reporting(inner.tools.dispatch(&ctx, tool, Value::Object(arguments)))
+                .await;
+        let mut result = match out {
+            Ok(value) => success(value),
+            Err(e) => failure(&e),
+        };
+        result.meta = Some(report_meta(&report));
+        Ok(result)
     }
+}
+
+/// What the engine said about a dispatched call, as the result's `_meta`:
+/// `"idem/replayed"` always, `"idem/drift"` (the argument names) when the
+/// arguments differ from those the operation was recorded with.
+fn report_meta(report: &CallReport) -> MetaObject {
+    let mut meta = MetaObject::new();
+    meta.insert("idem/replayed".into(), report.replayed.into());
+    if !report.drift.is_empty() {
+        meta.insert("idem/drift".into(), report.drift.clone().into());
+    }
+    meta
 }
 
 /// A tool's result: its JSON as structured content (wrapped as

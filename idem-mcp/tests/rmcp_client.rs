@@ -228,14 +228,102 @@ async fn idem_errors_are_error_results_that_say_what_to_do() {
     assert_eq!(structured(&bad)["error"], "invalid_arguments");
     assert_eq!(structured(&bad)["argument"], "order_id");
 
+    client.cancel().await.unwrap();
+}
+
+fn meta(r: &CallToolResult) -> Value {
+    Value::Object(r.meta.clone().expect("_meta").0)
+}
+
+#[tokio::test]
+async fn an_unknown_tool_is_an_error_result_naming_the_tools_there_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    let client = connect(server(&rt, &Arc::default())).await;
     let unknown = client
         .call_tool(call("Bank.refund", json!({}), run("r")))
         .await
-        .unwrap_err();
-    assert!(
-        unknown.to_string().contains("no tool named `Bank.refund`"),
-        "{unknown}"
+        .expect("a result, not a protocol error");
+    assert_eq!(unknown.is_error, Some(true));
+    let s = structured(&unknown);
+    assert_eq!(s["error"], "unknown_tool");
+    assert_eq!(
+        s["tools"],
+        json!(["Bank.balance", "Bank.charge", "Bank.wire"])
     );
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("no tool named `Bank.refund`"),
+        "{s}"
+    );
+    client.cancel().await.unwrap();
+}
+
+/// A provider tool that replays drifted arguments (the default policy).
+#[tool(class = "provider", key = "order_id")]
+async fn refund(_ctx: &Ctx, order_id: u64, cents: u64, memo: String) -> Result<u64, BankError> {
+    let _ = memo;
+    Ok(order_id * 1000 + cents)
+}
+
+#[tokio::test]
+async fn results_say_in_meta_whether_they_were_replayed_and_which_arguments_drifted() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    let bank = Arc::new(Bank::default());
+    let tools = Toolbox::new()
+        .with_methods(bank.clone())
+        .unwrap()
+        .with_function("refund")
+        .unwrap();
+    let client = connect(McpServer::new(rt.clone(), tools).unwrap()).await;
+    let refund = |cents: u64, memo: &str| {
+        call(
+            "refund",
+            json!({ "order_id": 3, "cents": cents, "memo": memo }),
+            run("r"),
+        )
+    };
+    let first = client.call_tool(refund(50, "a")).await.unwrap();
+    assert_eq!(meta(&first), json!({ "idem/replayed": false }));
+    let again = client.call_tool(refund(50, "a")).await.unwrap();
+    assert_eq!(meta(&again), json!({ "idem/replayed": true }));
+    assert_eq!(structured(&again), structured(&first));
+    let drifted = client.call_tool(refund(70, "b")).await.unwrap();
+    assert_eq!(drifted.is_error, Some(false));
+    assert_eq!(
+        meta(&drifted),
+        json!({ "idem/replayed": true, "idem/drift": ["cents", "memo"] })
+    );
+    assert_eq!(
+        structured(&drifted),
+        &json!({ "result": 3050 }),
+        "the first result"
+    );
+
+    // A refused drift says which arguments changed too.
+    let charge = |cents: u64| {
+        call(
+            "Bank.charge",
+            json!({ "order_id": 1, "cents": cents }),
+            run("r"),
+        )
+    };
+    client.call_tool(charge(100)).await.unwrap();
+    let refused = client.call_tool(charge(999)).await.unwrap();
+    assert_eq!(structured(&refused)["error"], "args_mismatch");
+    assert_eq!(
+        meta(&refused),
+        json!({ "idem/replayed": false, "idem/drift": ["cents"] })
+    );
+    // A read-only tool is never a replay.
+    let balance = client
+        .call_tool(call("Bank.balance", json!({ "account": "x" }), run("r")))
+        .await
+        .unwrap();
+    assert_eq!(meta(&balance), json!({ "idem/replayed": false }));
     client.cancel().await.unwrap();
 }
 

@@ -34,6 +34,10 @@ pub struct ToolDescriptor {
     pub timeout: Option<Duration>,
     /// Same key, different arguments.
     pub on_drift: OnDrift,
+    /// `on_drift(reject = "a, b")`: the arguments whose change refuses a
+    /// drifted call (`ArgsMismatch`) under [`OnDrift::Replay`]; a change
+    /// of any other argument replays. Empty: as `on_drift` says.
+    pub drift_reject: &'static [&'static str],
     /// Arguments never written to the journal.
     pub redact: &'static [&'static str],
     /// The `verify` function's path as written, if any.
@@ -69,6 +73,7 @@ impl ToolDescriptor {
             retry: RetryPolicy::DEFAULT,
             timeout: None,
             on_drift: OnDrift::Replay,
+            drift_reject: &[],
             redact: &[],
             verify: None,
             check_landed: None,
@@ -106,6 +111,13 @@ impl ToolDescriptor {
     /// With this drift policy.
     pub const fn with_on_drift(mut self, on_drift: OnDrift) -> Self {
         self.on_drift = on_drift;
+        self
+    }
+
+    /// With these arguments whose change refuses a drifted call (see
+    /// [`drift_reject`](Self::drift_reject)).
+    pub const fn with_drift_reject(mut self, fields: &'static [&'static str]) -> Self {
+        self.drift_reject = fields;
         self
     }
 

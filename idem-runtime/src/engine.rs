@@ -24,7 +24,7 @@ use crate::key::Args;
 use crate::leaders::{Entry, LeaderOutcome, Slot};
 use crate::machine::call::{
     Action, Answer, Attempted, Call, Called, ClaimOp, Env, Fault, Found, Input, Outcome, Revert,
-    Stored, WriteOp,
+    Stored, ValueFrom, WriteOp,
 };
 use crate::machine::policy::{Policy, MAX_ARGS_BYTES};
 use crate::replays::Replay;
@@ -173,6 +173,7 @@ where
         error: None,
         fault: None,
         undecodable: None,
+        report: crate::dispatch::report::claim(),
     };
     // A result this runtime has seen committed is final: replay it
     // without reading the journal. (Other arguments take the journal's
@@ -189,6 +190,7 @@ fn policy_of(tool: &ToolDescriptor, verify: bool) -> Policy {
         dedupe_window: tool.dedupe_window,
         timeout: tool.timeout,
         on_drift: tool.on_drift,
+        drift_reject: tool.drift_reject,
         verify,
         commit: tool.commit,
     }
@@ -221,6 +223,8 @@ struct Driver<'a, T, E, B> {
     fault: Option<Error>,
     /// Why the committed result did not decode.
     undecodable: Option<String>,
+    /// This call reports to a dispatcher (`dispatch::report`).
+    report: bool,
 }
 
 impl<'a, T, E, B> Driver<'a, T, E, B>
@@ -584,6 +588,15 @@ where
         if remember {
             self.remember();
         }
+        if self.report {
+            crate::dispatch::report::fill(crate::dispatch::CallReport {
+                replayed: matches!(
+                    outcome,
+                    Outcome::Value(ValueFrom::Record | ValueFrom::Cache)
+                ),
+                drift: self.machine.drift(),
+            });
+        }
         if share {
             if let (Some(e), Some(share), Some(slot)) = (&self.error, self.hooks.share, &self.slot)
             {
@@ -697,6 +710,9 @@ where
     Fut: Future<Output = Result<T, E>>,
 {
     use crate::machine::read_only::{Action as Ro, Input as RoIn, Outcome as RoOut, ReadOnly};
+    // A read-only call reports the default (not replayed, no drift), and
+    // keeps the report from the tools its body calls.
+    crate::dispatch::report::claim();
     let shared = ctx.shared();
     // The machine decides; this executes. Its times are ms since the call
     // began, on tokio's clock (a paused test clock drives it).

@@ -40,7 +40,8 @@ pub use builder::RuntimeBuilder;
 pub use class::{tools, LandedCheck, ToolDescriptor};
 pub use ctx::Ctx;
 pub use dispatch::{
-    dispatch, tool_schemas, ArgSchema, BoxFuture, DispatchError, ToolSchema, ToolSet, Toolbox,
+    dispatch, dispatch_reported, reporting, tool_schemas, ArgSchema, BoxFuture, CallReport,
+    DispatchError, Dispatched, ToolSchema, ToolSet, Toolbox,
 };
 pub use error::ToolError;
 pub use failure::{Classify, Failure, Verdict};

@@ -10,6 +10,7 @@
 
 mod error;
 pub(crate) mod generated;
+pub(crate) mod report;
 mod schema;
 
 use std::any::{Any, TypeId};
@@ -26,6 +27,7 @@ use idem_journal::class::Class;
 
 pub use error::DispatchError;
 use generated::{Call, Dispatcher};
+pub use report::{reporting, CallReport, Dispatched};
 pub use schema::ArgSchema;
 
 /// A boxed, `Send` future: what dispatchers return.
@@ -95,6 +97,20 @@ pub trait ToolSet: Send + Sync {
         name: &'a str,
         args: Value,
     ) -> BoxFuture<'a, Result<Value, DispatchError>>;
+
+    /// [`ToolSet::dispatch`], with whether the result was replayed and
+    /// which arguments drifted from those recorded ([`Dispatched`]).
+    fn dispatch_reported<'a>(
+        &'a self,
+        ctx: &'a Ctx,
+        name: &'a str,
+        args: Value,
+    ) -> BoxFuture<'a, Result<Dispatched, DispatchError>> {
+        Box::pin(async move {
+            let (out, report) = reporting(self.dispatch(ctx, name, args)).await;
+            out.map(|value| Dispatched::new(value, report))
+        })
+    }
 }
 
 impl<T: ToolSet + ?Sized> ToolSet for Arc<T> {
@@ -236,6 +252,52 @@ pub async fn dispatch(ctx: &Ctx, name: &str, args: Value) -> Result<Value, Dispa
         Some((d, _)) if is_free(d) => call(d, None, ctx, args).await,
         _ => Err(not_free(name)),
     }
+}
+
+/// [`dispatch`], with whether the result was replayed and which arguments
+/// drifted from those the operation was recorded with: a
+/// [`Dispatched`] (`value` is what [`dispatch`] returns). A model can be
+/// told that a call did nothing new, or that the arguments it sent were
+/// not the ones that ran.
+///
+/// ```
+/// use idem::{tool, Classify, Ctx, Failure, Runtime};
+/// use serde_json::json;
+///
+/// #[derive(Debug)]
+/// struct MailError;
+/// impl Classify for MailError {
+///     fn classify(&self) -> Failure {
+///         Failure::Semantic
+///     }
+/// }
+///
+/// /// Sends a receipt, once per order.
+/// #[tool(class = "provider", key = "order_id")]
+/// async fn send_receipt(ctx: &Ctx, order_id: u64, note: String) -> Result<u64, MailError> {
+///     Ok(order_id)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// let rt = Runtime::open(dir.path())?;
+/// let ctx = rt.run("order-9");
+/// let first = idem::dispatch_reported(&ctx, "send_receipt", json!({ "order_id": 9, "note": "hi" })).await?;
+/// assert!(!first.replayed);
+/// let again = idem::dispatch_reported(&ctx, "send_receipt", json!({ "order_id": 9, "note": "hey" })).await?;
+/// assert!(again.replayed);
+/// assert_eq!(again.drift, ["note"]);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn dispatch_reported(
+    ctx: &Ctx,
+    name: &str,
+    args: Value,
+) -> Result<Dispatched, DispatchError> {
+    let (out, report) = reporting(dispatch(ctx, name, args)).await;
+    out.map(|value| Dispatched::new(value, report))
 }
 
 fn unknown<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> DispatchError {

@@ -458,8 +458,9 @@ enum AfterEmit {
     Cached,
     /// Refused while in flight elsewhere.
     InFlight,
-    /// The drift event; then the record's row.
-    Drift(Drifted),
+    /// The drift event; then the record's row, or the refusal, as the
+    /// policy applied says.
+    Drift(Drifted, OnDrift),
     /// A replay of the committed record.
     Recorded { remember: bool },
     /// Refused: escalated, abandoned, or the shared outcome of a waited-for
@@ -576,6 +577,16 @@ impl Call {
     /// remember).
     pub fn record(&self) -> &OpRecord {
         &self.op.rec
+    }
+
+    /// The arguments of this call that differ from those the operation
+    /// was recorded with (see [`drifted_fields`](super::drift::drifted_fields));
+    /// empty when the fingerprints agree.
+    pub fn drift(&self) -> Vec<String> {
+        if self.op.rec.fingerprint == self.called.fingerprint {
+            return Vec::new();
+        }
+        super::drift::drifted_fields(&self.op.rec.args, &self.called.args)
     }
 
     /// Whether the call has returned.
@@ -879,16 +890,31 @@ impl Call {
         }
     }
 
-    /// Same key, other arguments: an event, then the tool's policy.
+    /// Same key, other arguments: an event, then the tool's policy. The
+    /// event records the policy applied: `Reject` also when a field of
+    /// `drift_reject` changed (or may have: arguments the record does not
+    /// hold count as all changed).
     fn check_drift(&mut self, policy: &Policy, then: Drifted, env: Env) -> Action {
         if self.op.rec.fingerprint == self.called.fingerprint {
             return self.drifted(then, env);
         }
+        let applied = match policy.on_drift {
+            OnDrift::Replay if !policy.drift_reject.is_empty() => {
+                let drift = self.drift();
+                let listed = drift
+                    .iter()
+                    .any(|f| f == "*" || policy.drift_reject.contains(&f.as_str()));
+                if listed {
+                    OnDrift::Reject
+                } else {
+                    OnDrift::Replay
+                }
+            }
+            other => other,
+        };
         self.emit(
-            EventKind::ArgsDrift {
-                policy: policy.on_drift,
-            },
-            AfterEmit::Drift(then),
+            EventKind::ArgsDrift { policy: applied },
+            AfterEmit::Drift(then, applied),
         )
     }
 
@@ -1189,7 +1215,7 @@ impl Call {
         match then {
             AfterEmit::Cached => Action::ret(Outcome::Value(ValueFrom::Cache)),
             AfterEmit::InFlight => Action::ret(Outcome::InFlight),
-            AfterEmit::Drift(then) => match policy.on_drift {
+            AfterEmit::Drift(then, applied) => match applied {
                 OnDrift::Replay => self.drifted(then, env),
                 OnDrift::Reject => Action::ret(Outcome::ArgsMismatch),
             },

@@ -8,6 +8,7 @@
 //! - `step.rs`: a memoized step (`Ctx::step`);
 //! - `resolve.rs`: an operator's resolution of an escalated operation;
 //! - `read_only.rs`: the retries of a read-only call;
+//! - `drift.rs`: which arguments differ from the recorded ones;
 //! - `policy.rs`: what the machines are told about a tool and a journal;
 //! - `check/`: the exhaustive checker of the call machine (tests and
 //!   `examples/model_check.rs`).
@@ -15,6 +16,7 @@
 pub mod call;
 #[cfg(any(test, feature = "model-check"))]
 pub mod check;
+pub mod drift;
 pub mod policy;
 pub mod read_only;
 pub mod resolve;

@@ -21,6 +21,9 @@ pub struct Policy {
     pub timeout: Option<Duration>,
     /// Same key, other arguments.
     pub on_drift: OnDrift,
+    /// Under [`OnDrift::Replay`], the arguments whose change refuses the
+    /// call all the same (`on_drift(reject = "a, b")`).
+    pub drift_reject: &'static [&'static str],
     /// Whether the tool has a `verify` function.
     pub verify: bool,
     /// How durable the COMMITTED record is when the caller gets the result

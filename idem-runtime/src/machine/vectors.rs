@@ -36,6 +36,7 @@ fn policy(class: Class, max_attempts: u32, verify: bool) -> Policy {
         dedupe_window: Duration::from_secs(24 * 3600),
         timeout: None,
         on_drift: OnDrift::Replay,
+        drift_reject: &[],
         verify,
         commit: Durability::Immediate,
     }
@@ -981,4 +982,102 @@ mod journal_faults {
             "no attempt after a failed INTENT"
         );
     }
+}
+
+// Drift: the same key with other arguments.
+
+/// A committed record of this key made with other arguments: `{"to":"b"}`
+/// (or none recorded, when `args` is empty).
+fn committed_with(class: Class, args: &str) -> OpRecord {
+    let mut rec = left(
+        class,
+        State::Committed {
+            result: Blob(vec![9]),
+            via: Via::Call,
+        },
+        1,
+        false,
+    );
+    rec.fingerprint = [8; 32];
+    rec.args = args.into();
+    rec
+}
+
+/// The policy of the drift events a run emitted.
+fn drift_events(run: &Run) -> Vec<OnDrift> {
+    run.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Emit(idem_journal::audit::EventKind::ArgsDrift { policy }) => Some(*policy),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_drifted_call_replays_unless_the_policy_or_a_listed_field_rejects_it() {
+    for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
+        let rec = committed_with(class, "{\"to\":\"b\"}");
+        // (on_drift, drift_reject) → outcome, the policy the event records.
+        let rows: [(OnDrift, &'static [&'static str], Outcome, OnDrift); 4] = [
+            (
+                OnDrift::Replay,
+                &[],
+                Outcome::Value(ValueFrom::Record),
+                OnDrift::Replay,
+            ),
+            (OnDrift::Reject, &[], Outcome::ArgsMismatch, OnDrift::Reject),
+            // `to` changed and is listed: refused.
+            (
+                OnDrift::Replay,
+                &["amount", "to"],
+                Outcome::ArgsMismatch,
+                OnDrift::Reject,
+            ),
+            // Only unlisted fields changed: replayed.
+            (
+                OnDrift::Replay,
+                &["amount"],
+                Outcome::Value(ValueFrom::Record),
+                OnDrift::Replay,
+            ),
+        ];
+        for (on_drift, fields, outcome, recorded) in rows {
+            let mut p = policy(class, 3, false);
+            p.on_drift = on_drift;
+            p.drift_reject = fields;
+            let run = drive(&p, Some((rec.clone(), None)), vec![], vec![]);
+            let row = format!("{class} {on_drift:?} {fields:?}");
+            assert!(run.attempts().is_empty(), "{row}");
+            assert_eq!(run.outcome, outcome, "{row}");
+            assert_eq!(drift_events(&run), [recorded], "{row}");
+        }
+    }
+}
+
+#[test]
+fn a_listed_field_refuses_when_the_record_does_not_hold_its_arguments() {
+    let mut p = policy(Class::Provider, 3, false);
+    p.drift_reject = &["to"];
+    let rec = committed_with(Class::Provider, "");
+    let run = drive(&p, Some((rec, None)), vec![], vec![]);
+    assert_eq!(run.outcome, Outcome::ArgsMismatch, "fails closed");
+    assert_eq!(drift_events(&run), [OnDrift::Reject]);
+}
+
+#[test]
+fn a_listed_field_refuses_to_recover_an_unfinished_operation_it_changed() {
+    let mut p = policy(Class::Provider, 3, false);
+    p.drift_reject = &["to"];
+    let mut rec = left(Class::Provider, State::Intent, 1, true);
+    rec.fingerprint = [8; 32];
+    rec.args = "{\"to\":\"b\"}".into();
+    let run = drive(&p, Some((rec.clone(), dead())), vec![], vec![]);
+    assert!(run.attempts().is_empty());
+    assert_eq!(run.outcome, Outcome::ArgsMismatch);
+    // Unlisted: the operation is recovered (re-run under its key).
+    p.drift_reject = &["amount"];
+    let run = drive(&p, Some((rec, dead())), vec![ok()], vec![]);
+    assert_eq!(run.attempts(), vec![(2, 0)]);
+    assert_eq!(run.outcome, Outcome::Value(ValueFrom::Attempt));
 }

@@ -85,6 +85,7 @@ impl Config {
             dedupe_window: Duration::from_millis(10),
             timeout: Some(Duration::from_millis(5)),
             on_drift: OnDrift::Replay,
+            drift_reject: &[],
             verify,
             commit,
         }
