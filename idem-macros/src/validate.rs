@@ -1061,26 +1061,7 @@ fn drift_fields(
                 out.push(name);
             }
         } else {
-            let names: Vec<String> = shape
-                .params
-                .iter()
-                .map(|p| p.ident.unraw().to_string())
-                .collect();
-            let hint = closest(&entry, names.iter().map(String::as_str))
-                .map_or_else(String::new, |c| format!(" (did you mean `{c}`?)"));
-            let what = if entry.contains('.') {
-                format!(
-                    "`{entry}` in `on_drift(reject)`: it names whole parameters, not field paths"
-                )
-            } else if entry.is_empty() {
-                "`on_drift(reject)` has an empty entry".to_string()
-            } else {
-                format!("`{entry}` in `on_drift(reject)` is not a parameter{hint}")
-            };
-            errors.on(
-                lit,
-                format!("{what}; the parameters are: {}", param_list(shape)),
-            );
+            not_a_parameter(lit, &entry, "on_drift(reject)", "it", shape, errors);
         }
     }
     out
@@ -1107,25 +1088,39 @@ fn redact(lit: &LitStr, shape: &Parts, errors: &mut Errors) -> Vec<String> {
                 out.push(name);
             }
         } else {
-            let names: Vec<String> = shape
-                .params
-                .iter()
-                .map(|p| p.ident.unraw().to_string())
-                .collect();
-            let hint = closest(&entry, names.iter().map(String::as_str))
-                .map_or_else(String::new, |c| format!(" (did you mean `{c}`?)"));
-            let what = if entry.contains('.') {
-                format!("`{entry}` in `redact`: redact names whole parameters, not field paths")
-            } else if entry.is_empty() {
-                "`redact` has an empty entry".to_string()
-            } else {
-                format!("`{entry}` in `redact` is not a parameter{hint}")
-            };
-            errors.on(
-                lit,
-                format!("{what}; the parameters are: {}", param_list(shape)),
-            );
+            not_a_parameter(lit, &entry, "redact", "redact", shape, errors);
         }
     }
     out
+}
+
+/// The error for an entry of a list of parameters (`arg`, e.g. `redact`)
+/// that names none: a field path, an empty entry or a misspelt name (with
+/// the closest one); `subject` begins the field-path sentence.
+fn not_a_parameter(
+    lit: &LitStr,
+    entry: &str,
+    arg: &str,
+    subject: &str,
+    shape: &Parts,
+    errors: &mut Errors,
+) {
+    let names: Vec<String> = shape
+        .params
+        .iter()
+        .map(|p| p.ident.unraw().to_string())
+        .collect();
+    let hint = closest(entry, names.iter().map(String::as_str))
+        .map_or_else(String::new, |c| format!(" (did you mean `{c}`?)"));
+    let what = if entry.contains('.') {
+        format!("`{entry}` in `{arg}`: {subject} names whole parameters, not field paths")
+    } else if entry.is_empty() {
+        format!("`{arg}` has an empty entry")
+    } else {
+        format!("`{entry}` in `{arg}` is not a parameter{hint}")
+    };
+    errors.on(
+        lit,
+        format!("{what}; the parameters are: {}", param_list(shape)),
+    );
 }
