@@ -3,8 +3,9 @@
 //! Always: the JSON the admin API speaks ([`wire`]) and the two files it
 //! keeps beside the journal ([`files`]: the bearer token and where the
 //! running process listens) and how a server proves it holds the token
-//! before a client sends it ([`proof`]), which is all a client such as the `idem` CLI
-//! needs. With feature `server`: the server itself ([`serve`]), its routes
+//! before a client sends it ([`proof`]), and where a worker without a
+//! journal directory keeps those files ([`workers`]), which is all a client
+//! such as the `idem` CLI needs. With feature `server`: the server itself ([`serve`]), its routes
 //! and the escalation inbox, serving any runtime through the [`Operator`]
 //! trait (the runtime implements it; `RuntimeBuilder::admin` starts it).
 
@@ -17,6 +18,7 @@ mod operator;
 mod options;
 pub mod proof;
 pub mod wire;
+pub mod workers;
 
 #[cfg(feature = "server")]
 mod body;

@@ -60,8 +60,8 @@ impl AdminOptions {
     }
 
     /// Where the token and address files go (default: the journal
-    /// directory given to `RuntimeBuilder::path`); needed with
-    /// `RuntimeBuilder::journal`.
+    /// directory given to `RuntimeBuilder::path`, else the worker's own
+    /// directory in the [workers directory](crate::workers)).
     pub fn dir(mut self, dir: impl AsRef<Path>) -> AdminOptions {
         self.dir = Some(dir.as_ref().to_path_buf());
         self
@@ -70,20 +70,21 @@ impl AdminOptions {
 
 impl AdminOptions {
     /// Where the token and address files go: [`AdminOptions::dir`], else
-    /// the journal's directory when it has one.
+    /// the journal's directory when it has one, else the directory of
+    /// worker `worker_id` in the [workers directory](crate::workers)
+    /// (created with mode 0700; a PostgreSQL worker's usual place).
     pub fn files_dir(
         &self,
         journal_dir: Option<&Path>,
+        worker_id: &str,
     ) -> Result<PathBuf, idem_journal::error::Error> {
-        self.dir
+        if let Some(dir) = self
+            .dir
             .clone()
             .or_else(|| journal_dir.map(Path::to_path_buf))
-            .ok_or_else(|| {
-                idem_journal::error::Error::Usage(
-                    "admin(..) with .journal(..) needs AdminOptions::dir(..): where the token and \
-                     address files go"
-                        .into(),
-                )
-            })
+        {
+            return Ok(dir);
+        }
+        crate::workers::ensure_worker_dir(&crate::workers::workers_dir()?, worker_id)
     }
 }

@@ -21,8 +21,14 @@ Finding the journal:
                   can check a result: use --url with its admin API); `audit --follow`
                   polls the shared stream and waits out a database restart; `prune`
                   needs --keep.
-Give one of the three. The token is IDEM_ADMIN_TOKEN when set, else
-DIR/idem-admin-token.
+  --worker ID     talks to the running worker ID on this machine through its admin
+                  API: a worker without a journal directory (PostgreSQL) started with
+                  .admin(\"127.0.0.1:0\") keeps its address and token in ID's directory
+                  of the workers directory ($IDEM_WORKERS_DIR, else
+                  $XDG_RUNTIME_DIR/idem/workers, else $HOME/.local/state/idem/workers).
+                  `idem workers` lists them. This is how --landed reaches a worker.
+Give one of the four. The token is IDEM_ADMIN_TOKEN when set, else
+DIR/idem-admin-token (the worker's directory with --worker).
 
 Exit codes:
   0  done
@@ -58,6 +64,11 @@ pub struct Cli {
     /// The shared PostgreSQL journal at URL, instead of --journal or --url.
     #[arg(long, value_name = "URL", global = true)]
     pub postgres: Option<String>,
+
+    /// The running worker with this id on this machine, through its admin
+    /// API (found in the workers directory; see `idem workers`).
+    #[arg(long, value_name = "ID", env = "IDEM_WORKER", global = true)]
+    pub worker: Option<String>,
 
     /// Machine-readable output: JSON (JSON lines for `audit`).
     #[arg(long, global = true)]
@@ -106,6 +117,9 @@ pub enum Command {
     },
     /// Per-tool counts: calls, retries, dedupe hits, replays, escalations.
     Stats,
+    /// The workers of this machine's workers directory (PostgreSQL workers
+    /// serving the admin API), and whether each one answers.
+    Workers,
     /// With --postgres: creates the journal's tables, or checks that the
     /// ones there are a version this build reads (idempotent; safe while
     /// workers run).

@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use idem_runtime::admin::{
-    proof, AddressFile, OperationView, PruneView, ResolveRequest, Resolved, StatsView, ToolInfo,
+    proof, workers, AddressFile, OperationView, PruneView, ResolveRequest, Resolved, StatsView,
+    ToolInfo,
 };
 use idem_runtime::{AuditEvent, Escalation, IdemKey, Runtime};
 
@@ -66,35 +67,12 @@ impl Backend {
         // if the journal turns out to be held.
         let mut not_there: Option<CliError> = None;
         if let Some(address) = &address {
-            match loopback_url(address) {
-                Err(why) => {
-                    not_there = Some(CliError::unreachable(format!(
-                        "refusing {}: {why}",
-                        idem_runtime::admin::address_path(dir).display()
-                    )))
-                }
-                Ok(()) => match Client::token_for(dir) {
-                    Err(e) => not_there = Some(e),
-                    Ok(token) => {
-                        // Who answers there must prove it holds the token
-                        // for this address and this start before it is sent.
-                        let client = Client::new(address.url.clone(), token)?;
-                        let binding = proof::Binding::Server {
-                            addr: address.addr,
-                            instance: &address.instance,
-                        };
-                        match client.proves(binding).await {
-                            Proof::Proven => return Ok(Backend::Remote(client)),
-                            // The process that wrote it is gone (or
-                            // something else listens there now): the
-                            // journal may be free.
-                            Proof::NoAnswer(_) => {}
-                            Proof::Unproven(why) => {
-                                not_there = Some(crate::client::unproven(&address.url, &why))
-                            }
-                        }
-                    }
-                },
+            match reach(dir, address).await {
+                Ok(client) => return Ok(Backend::Remote(client)),
+                // The process that wrote it is gone (or something else
+                // listens there now): the journal may be free.
+                Err(Unreached::NoAnswer(_)) => {}
+                Err(Unreached::Refused(e)) => not_there = Some(e),
             }
         }
         let mut builder = Runtime::builder().path(dir);
@@ -132,6 +110,49 @@ impl Backend {
                 )
             })),
             Err(e) => Err(CliError::runtime(&e)),
+        }
+    }
+
+    /// The worker `id` whose admin files are in the workers directory (see
+    /// [`idem_runtime::admin::workers`]): a PostgreSQL worker started with
+    /// `.admin("127.0.0.1:0")` on this machine.
+    pub async fn worker(id: &str) -> Result<Backend, CliError> {
+        let workers = workers::workers_dir().map_err(|e| CliError::usage(e.to_string()))?;
+        let shown = crate::render::escape(id).into_owned();
+        let lists = "`idem workers` lists the workers it finds there";
+        let found = workers::find_worker_dir(&workers, id)
+            .map_err(|e| CliError::unreachable(e.to_string()))?;
+        let Some(dir) = found else {
+            return Err(CliError::unreachable(format!(
+                "no worker {shown:?} in {}",
+                workers.display()
+            ))
+            .hint(format!(
+                "start it with Runtime::builder().worker_id({shown:?}).admin(\"127.0.0.1:0\") \
+                 as the same user (with the same {} if the worker has one); {lists}",
+                workers::WORKERS_DIR_ENV
+            )));
+        };
+        let address = AddressFile::read(&dir)
+            .map_err(|e| CliError::unreachable(e.to_string()))?
+            .ok_or_else(|| {
+                CliError::unreachable(format!(
+                    "worker {shown:?} is not running: {} has no {}",
+                    dir.display(),
+                    idem_runtime::admin::ADDRESS_FILE
+                ))
+                .hint(lists)
+            })?;
+        match reach(&dir, &address).await {
+            Ok(client) => Ok(Backend::Remote(client)),
+            Err(Unreached::NoAnswer(why)) => Err(CliError::unreachable(format!(
+                "worker {shown:?} does not answer at {}: {why}",
+                crate::render::escape(&address.url)
+            ))
+            .hint(format!(
+                "it stopped without removing its address file, or is stopped; {lists}"
+            ))),
+            Err(Unreached::Refused(e)) => Err(e),
         }
     }
 
@@ -333,12 +354,10 @@ impl Backend {
     /// What to do instead of a `--landed` that this process cannot check.
     fn unchecked_landed_hint(&self) -> String {
         match self {
-            Backend::Postgres { .. } => "only a program that defines the tool can check a \
-                 result against its type, and idem has no tool registry. Resolve it through \
-                 the admin API of a worker that runs the tool (one started with \
-                 .admin(\"127.0.0.1:0\")): idem --url http://ADDR resolve KEY --landed ... with \
-                 its token in IDEM_ADMIN_TOKEN, or in the inbox it serves; --reissue and \
-                 --abandon need no type check"
+            Backend::Postgres { .. } => "only a worker that defines the tool can check the \
+                 result against its type: run the same command with --worker ID instead of \
+                 --postgres, for a worker started with .admin(\"127.0.0.1:0\") on this machine \
+                 (`idem workers` lists them), or --url for one elsewhere"
                 .to_string(),
             Backend::Local { dir, .. } => format!(
                 "no running process serves this journal, and only the program that defines the \
@@ -449,6 +468,40 @@ async fn read_stream(
 
 fn parse_key(key: &str) -> Result<IdemKey, CliError> {
     IdemKey::parse(key).map_err(|e| CliError::runtime(&idem_runtime::Error::from(e)))
+}
+
+/// Why the admin files in a directory did not lead to a server.
+pub(crate) enum Unreached {
+    /// Nothing answered there (why): the process is gone.
+    NoAnswer(String),
+    /// The file, the token or the server was refused.
+    Refused(CliError),
+}
+
+/// The client of the server that the address file in `dir` names, once it
+/// proved that it holds the token for that address and that start (the
+/// token is sent only then).
+pub(crate) async fn reach(dir: &Path, address: &AddressFile) -> Result<Client, Unreached> {
+    loopback_url(address).map_err(|why| {
+        Unreached::Refused(CliError::unreachable(format!(
+            "refusing {}: {why}",
+            idem_runtime::admin::address_path(dir).display()
+        )))
+    })?;
+    let token = Client::token_for(dir).map_err(Unreached::Refused)?;
+    let client = Client::new(address.url.clone(), token).map_err(Unreached::Refused)?;
+    let binding = proof::Binding::Server {
+        addr: address.addr,
+        instance: &address.instance,
+    };
+    match client.proves(binding).await {
+        Proof::Proven => Ok(client),
+        Proof::NoAnswer(why) => Err(Unreached::NoAnswer(why)),
+        Proof::Unproven(why) => Err(Unreached::Refused(crate::client::unproven(
+            &address.url,
+            &why,
+        ))),
+    }
 }
 
 /// Whether the address file's URL is one this CLI calls: `http://` and the

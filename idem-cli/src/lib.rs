@@ -44,6 +44,7 @@ pub mod client;
 pub mod error;
 pub mod pg;
 pub mod render;
+pub mod workers;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -96,6 +97,35 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     };
     if let Command::Migrate = cli.command {
         return migrate(&cli).await;
+    }
+    if let Command::Workers = cli.command {
+        let found = workers::list().await?;
+        return if cli.json {
+            print(&format!(
+                "{}\n",
+                serde_json::to_string_pretty(&found).unwrap_or_default()
+            ))
+        } else {
+            print(&render::workers(&found))
+        };
+    }
+    if let Some(id) = &cli.worker {
+        if cli.postgres.is_some() || cli.url.is_some() || cli.journal.is_some() {
+            let from_env = ["IDEM_WORKER", "IDEM_ADMIN_URL", "IDEM_JOURNAL"]
+                .into_iter()
+                .filter(|v| std::env::var_os(v).is_some())
+                .collect::<Vec<_>>();
+            return Err(CliError::usage(format!(
+                "give --worker ID alone, not with --journal, --url or --postgres{}",
+                if from_env.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (set in the environment: {})", from_env.join(", "))
+                }
+            )));
+        }
+        let backend = Backend::worker(id).await?;
+        return commands(cli, backend, keep).await;
     }
     let backend = match (&cli.postgres, &cli.url, &cli.journal) {
         (Some(url), None, None) => Backend::postgres(url, keep).await?,
@@ -153,6 +183,15 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             ))
         }
     };
+    commands(cli, backend, keep).await
+}
+
+/// Runs the command on the journal `backend` reaches.
+async fn commands(
+    cli: Cli,
+    backend: Backend,
+    keep: Option<std::time::Duration>,
+) -> Result<(), CliError> {
     let json = cli.json;
     let as_json = |v: &dyn erased::Json| v.to_json_string();
     match cli.command {
@@ -223,7 +262,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 print(&render::stats(&stats))
             }
         }
-        Command::Migrate => unreachable!("answered above, without a backend"),
+        Command::Migrate | Command::Workers => {
+            unreachable!("answered above, without a backend")
+        }
         Command::Prune { .. } => {
             let report = backend.prune(keep).await?;
             if json {

@@ -479,6 +479,45 @@ pub fn stats(view: &StatsView) -> String {
     out
 }
 
+/// `idem workers`: one line per worker (and why, when it is not
+/// running).
+pub fn workers(found: &[crate::workers::WorkerView]) -> String {
+    let mut out = String::new();
+    if found.is_empty() {
+        let place = idem_runtime::admin::workers::workers_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "no workers in {}: a worker without a journal directory (PostgreSQL) appears here \
+             once it serves the admin API (.admin(\"127.0.0.1:0\"))",
+            escape(&place)
+        );
+        return out;
+    }
+    let width = width(found.iter().map(|w| w.worker.as_str()), 6);
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:<8}  {:<24}  {:<8}  DIR",
+        "WORKER", "STATE", "URL", "PID"
+    );
+    for w in found {
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<8}  {:<24}  {:<8}  {}",
+            escape(&w.worker),
+            w.state,
+            escape(w.url.as_deref().unwrap_or("-")),
+            w.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            escape(&w.dir),
+        );
+        if let Some(why) = &w.why {
+            let _ = writeln!(out, "{:<width$}  why: {}", "", escape(why));
+        }
+    }
+    out
+}
+
 /// `idem migrate`.
 pub fn migrated(done: &crate::pg::Migrated) -> String {
     if done.created {

@@ -36,6 +36,9 @@
 //! [`TOKEN_ENV`] when set (or [`AdminOptions::token`]), else the contents of
 //! [`TOKEN_FILE`] in the journal directory, generated on first start (32
 //! random bytes as hex, mode 0600; a token file others can read is refused).
+//! A worker without a journal directory (PostgreSQL) keeps its files in a
+//! directory of its own named after its worker id, in the [`workers`]
+//! directory (made with mode 0700), where `idem --worker ID` finds them.
 //! Errors are a 4xx or 5xx status with an [`ApiError`] body that says what
 //! was wrong; a refused request writes nothing.
 //!
@@ -87,6 +90,7 @@ pub use idem_admin::wire::{
     ApiError, ExampleResult, OperationView, PruneView, ResolveRequest, Resolved, RetryInfo,
     StatsView, ToolInfo,
 };
+pub use idem_admin::workers;
 pub use idem_admin::AdminOptions;
 
 use std::sync::{Arc, Weak};

@@ -53,6 +53,17 @@ impl RuntimeBuilder {
     /// called inside a tokio runtime, which serves it; it fails with
     /// [`Error::Usage`](crate::Error::Usage) otherwise, before touching the
     /// journal.
+    ///
+    /// The token and address files go to the journal directory
+    /// ([`path`](RuntimeBuilder::path)); a worker without one (PostgreSQL,
+    /// or a [`journal`](RuntimeBuilder::journal) given as is) keeps them in
+    /// a directory of its own, named after its
+    /// [`worker_id`](RuntimeBuilder::worker_id), in the [workers
+    /// directory](crate::admin::workers) (`$IDEM_WORKERS_DIR`, else
+    /// `$XDG_RUNTIME_DIR/idem/workers`, else
+    /// `$HOME/.local/state/idem/workers`; made with mode 0700), where
+    /// `idem --worker ID` finds it. [`AdminOptions::dir`](crate::admin::AdminOptions::dir)
+    /// chooses another place.
     #[cfg(feature = "admin")]
     pub fn admin(self, addr: impl Into<String>) -> RuntimeBuilder {
         self.admin_with(idem_admin::AdminOptions::new(addr))
@@ -210,12 +221,15 @@ impl RuntimeBuilder {
                 "a PostgreSQL journal is opened with .connect().await, not .open()".into(),
             ));
         }
+        let worker = self
+            .worker_id
+            .unwrap_or_else(|| format!("{}-{}", host_name(), std::process::id()));
         // Refused before the journal is touched.
         #[cfg(feature = "admin")]
         let admin = match self.admin {
             Some(options) => {
                 idem_admin::require_tokio()?;
-                let dir = options.files_dir(self.path.as_deref())?;
+                let dir = options.files_dir(self.path.as_deref(), &worker)?;
                 Some((options, dir))
             }
             None => None,
@@ -243,9 +257,6 @@ impl RuntimeBuilder {
             .clock
             .or_else(|| journal.clock())
             .unwrap_or_else(|| Arc::new(SystemClock::new()));
-        let worker = self
-            .worker_id
-            .unwrap_or_else(|| format!("{}-{}", host_name(), std::process::id()));
         let owner = Owner {
             worker: Arc::from(worker),
             incarnation,

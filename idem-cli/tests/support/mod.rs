@@ -193,6 +193,7 @@ pub fn idem_command(args: &[&str]) -> tokio::process::Command {
         .env_remove("IDEM_ADMIN_TOKEN")
         .env_remove("IDEM_JOURNAL")
         .env_remove("IDEM_ADMIN_URL")
+        .env_remove("IDEM_WORKER")
         .kill_on_drop(true);
     command
 }
