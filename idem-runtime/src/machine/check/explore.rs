@@ -2,7 +2,7 @@
 //! checked against the invariants; a violation is reported with the trace
 //! that reaches it, replayed from the start.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 
 use idem_journal::class::Class;
@@ -37,14 +37,24 @@ fn fingerprint(w: &World) -> u128 {
 }
 
 /// Explores `config` to `depth` moves.
+///
+/// Besides the invariants of each world, checks that no world is without a
+/// way out: from every world explored, some end (a world where nothing can
+/// happen any more) or some world cut off by the depth bound is reachable.
+/// A world from which every path loops back (a driver that reads, waits
+/// or retries forever) is a wedge, though each of its moves is legal.
 pub fn explore(config: &Config, depth: usize, report: &mut Report) {
     report.configs += 1;
     let start = World::new(config);
-    let mut seen: HashSet<u128> = HashSet::new();
-    seen.insert(fingerprint(&start));
+    let mut seen: HashMap<u128, u32> = HashMap::new();
+    seen.insert(fingerprint(&start), 0);
     // Every world reached: its parent's index and which successor it was.
     let mut parents: Vec<(u32, u16)> = vec![(u32::MAX, 0)];
+    // The successors of every world expanded (`None`: not expanded, cut
+    // off by the bound or by a violation).
+    let mut moves: Vec<Option<Vec<u32>>> = vec![None];
     let mut frontier: Vec<(u32, World)> = vec![(0, start)];
+    let mut stopped = false;
     for _ in 0..depth {
         let mut next = Vec::new();
         for (index, world) in frontier {
@@ -63,28 +73,74 @@ pub fn explore(config: &Config, depth: usize, report: &mut Report) {
                         .violations
                         .push(trace(config, &parents, index, None, &why));
                 }
+                moves[index as usize] = Some(Vec::new());
                 continue;
             }
+            let mut to = Vec::with_capacity(successors.len());
             for (k, (_, w)) in successors.into_iter().enumerate() {
-                if seen.insert(fingerprint(&w)) {
+                let fp = fingerprint(&w);
+                let i = *seen.entry(fp).or_insert_with(|| {
                     let i = parents.len() as u32;
                     parents.push((index, k as u16));
+                    moves.push(None);
                     next.push((i, w));
-                }
+                    i
+                });
+                to.push(i);
             }
+            moves[index as usize] = Some(to);
             if report.violations.len() >= 5 {
-                report.states += seen.len() as u64;
-                return;
+                stopped = true;
+                break;
             }
         }
-        if next.is_empty() {
-            report.states += seen.len() as u64;
-            return;
+        if stopped || next.is_empty() {
+            break;
         }
         frontier = next;
     }
-    report.bounded = true;
+    if !stopped && report.violations.is_empty() {
+        if let Some(wedged) = without_a_way_out(&moves) {
+            report.violations.push(trace(
+                config,
+                &parents,
+                wedged,
+                None,
+                "no way out: every path from here loops back (a wedge)",
+            ));
+        }
+    }
+    report.bounded |= moves.iter().any(Option::is_none);
     report.states += seen.len() as u64;
+}
+
+/// The first world from which no end and no world cut off by the bound
+/// can be reached, if there is one.
+fn without_a_way_out(moves: &[Option<Vec<u32>>]) -> Option<u32> {
+    let mut back: Vec<Vec<u32>> = vec![Vec::new(); moves.len()];
+    for (from, to) in moves.iter().enumerate() {
+        for &t in to.iter().flatten() {
+            back[t as usize].push(from as u32);
+        }
+    }
+    // Ends and unexpanded worlds are ways out; so is every world that
+    // reaches one.
+    let mut out: Vec<bool> = moves
+        .iter()
+        .map(|m| m.as_ref().is_none_or(Vec::is_empty))
+        .collect();
+    let mut queue: Vec<u32> = (0..moves.len() as u32)
+        .filter(|&i| out[i as usize])
+        .collect();
+    while let Some(i) = queue.pop() {
+        for &p in &back[i as usize] {
+            if !out[p as usize] {
+                out[p as usize] = true;
+                queue.push(p);
+            }
+        }
+    }
+    out.iter().position(|&o| !o).map(|i| i as u32)
 }
 
 /// The moves from the start to world `index`, as a numbered list.

@@ -17,7 +17,11 @@
 //! - every call returns what the record says (a value it holds, a
 //!   refusal, an escalation), never a decision of its own;
 //! - every end is one of the tables' rows, and no world is left with an
-//!   action nobody can execute.
+//!   action nobody can execute;
+//! - no world is without a way out: from every world explored, an end (or
+//!   a world cut off by the depth bound) can be reached, so a machine that
+//!   reads, waits or retries in a loop forever is caught even though each
+//!   of its moves is legal (`explore.rs`: `without_a_way_out`).
 //!
 //! `cargo run --release --example model_check [-- --depth N]` runs it by
 //! hand; a bounded run is a test.
