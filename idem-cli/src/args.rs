@@ -18,7 +18,7 @@ Finding the journal:
                   creates its tables (elsewhere a database without them exits with
                   code 3), so the other commands need only the rows' privileges.
                   Everything works but --landed (only a worker that defines the tool
-                  can check a result: use --url with its admin API); `audit --follow`
+                  can check a result: use --worker ID, or --url with its admin API); `audit --follow`
                   polls the shared stream and waits out a database restart; `prune`
                   needs --keep.
   --worker ID     talks to the running worker ID on this machine through its admin

@@ -185,7 +185,7 @@ impl Backend {
             }
             Backend::Postgres { .. } => {
                 "idem has no tool registry: tool descriptors live in the workers that define the \
-                 tools (ask one through its admin API with --url)"
+                 tools (ask one through its admin API with --worker ID or --url)"
             }
         }
     }
