@@ -288,3 +288,46 @@ async fn a_failed_barrier_leaves_nothing_durable_and_the_provider_uncalled() {
     );
     assert_eq!(p.effects(), 1);
 }
+
+#[tool(class = "provider", key = "order")]
+async fn decline(_ctx: &Ctx, order: u64) -> Result<u64, ApiError> {
+    let _ = order;
+    Err(ApiError)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_that_fails_breaks_the_matrix() {
+    let report = CrashMatrix::new("decline")
+        .unwrap()
+        .points([CrashPoint::AfterProvider])
+        .run(payments, async |_, ctx| decline(ctx, 1).await)
+        .await;
+    println!("{report}");
+    let p = report.point(CrashPoint::AfterProvider).unwrap();
+    assert!(matches!(p.violation, Some(Violation::Failed { .. })), "{p}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_intent_write_calls_no_provider() {
+    let journal = FaultJournal::new();
+    journal.inject(Fault::RefuseWrite(1));
+    let rt = Runtime::builder()
+        .journal(journal.clone())
+        .clock(Arc::new(PausedClock::default()))
+        .open()
+        .unwrap();
+    let p = payments();
+    let err = charge(&rt.run("r"), p.clone(), 1).await.unwrap_err();
+    assert!(
+        matches!(err, ToolError::Journal(Error::Storage { .. })),
+        "{err:?}"
+    );
+    assert_eq!(p.effects(), 0);
+    assert_eq!(journal.log()[0], "FAILED write 1 create ops");
+    // Healed, the same call goes through.
+    assert_eq!(
+        charge(&rt.run("r"), p.clone(), 1).await.unwrap(),
+        "charged 1"
+    );
+    assert_eq!(p.effects(), 1);
+}

@@ -68,8 +68,11 @@ impl std::error::Error for MatrixError {}
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Violation {
-    /// The call returned before it reached the crash point (it failed, or
-    /// journals nothing), so the point was not tested.
+    /// The call returned before it reached the crash point (it journals
+    /// nothing there), so the point was not tested. The matrix tests a
+    /// call that succeeds: one that fails (a semantic refusal is settled
+    /// like a COMMIT, so it still meets every point) is reported
+    /// [`Violation::Failed`].
     NotReached {
         /// What the call returned (`Debug`).
         returned: String,
