@@ -220,6 +220,10 @@ pub use idem_http as http;
 #[doc(inline)]
 pub use idem_mcp as mcp;
 
+// Documented in its own file.
+#[cfg(feature = "testing")]
+pub mod testing;
+
 /// Makes an async function or `&self` method a retry-safe tool.
 ///
 /// ```text
