@@ -154,7 +154,7 @@ async fn a_retried_call_and_its_replay_arrive_as_spans_with_their_attempts() {
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn a_failed_call_reports_its_outcome() {
+async fn a_declined_call_reports_the_tool_error() {
     let receiver = Receiver::start().expect("start the OTLP receiver");
     let (layer, guard) = Exporter::to(receiver.endpoint()).build().unwrap();
     let _subscriber = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
@@ -166,15 +166,20 @@ async fn a_failed_call_reports_its_outcome() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, ToolError::Journal(_) | ToolError::Tool(_)),
+        matches!(err, ToolError::Tool(TestError::Declined)),
         "{err:?}"
     );
     let spans = received(&receiver, &guard);
     let span = only(&spans, "call span", |s| s.name == "refund");
-    let outcome = attribute(span, "idem.outcome");
-    assert!(
-        matches!(outcome.as_deref(), Some("rejected" | "tool_error")),
-        "{outcome:?}"
+    assert_eq!(
+        attribute(span, "idem.outcome").as_deref(),
+        Some("tool_error")
     );
     assert_eq!(attribute(span, "idem.attempt").as_deref(), Some("1"));
+    let attempt = only(&spans, "attempt", |s| s.name == "idem.attempt");
+    assert_eq!(attempt.parent_span_id, span.span_id);
+    assert_eq!(
+        attribute(attempt, "idem.outcome").as_deref(),
+        Some("tool_error")
+    );
 }

@@ -815,7 +815,7 @@ where
                     }
                 }
             }
-            Ro::Emit(kind) => match {
+            Ro::Emit(kind) => {
                 let timer = traced.journal_timer();
                 let emitted = shared
                     .audit
@@ -826,14 +826,14 @@ where
                     )
                     .await;
                 traced.journal_done(timer);
-                emitted
-            } {
-                Ok(_) => RoIn::Appended,
-                Err(e) => {
-                    fault = Some(e);
-                    RoIn::AppendFailed
+                match emitted {
+                    Ok(_) => RoIn::Appended,
+                    Err(e) => {
+                        fault = Some(e);
+                        RoIn::AppendFailed
+                    }
                 }
-            },
+            }
             Ro::Sleep { until } => {
                 tokio::time::sleep_until(started + Duration::from_millis(until)).await;
                 RoIn::Slept
