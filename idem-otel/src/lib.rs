@@ -17,7 +17,7 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use idem::otel::Exporter;
+//! use idem_otel::Exporter; // `idem::otel::Exporter` in the facade
 //!
 //! // The collector's OTLP/HTTP traces URL (port 4318 by convention).
 //! let otel = Exporter::to("http://127.0.0.1:4318/v1/traces")
@@ -29,17 +29,20 @@
 //! # }
 //! ```
 //!
-//! Composed with other layers (here: with the fmt layer of
-//! `tracing-subscriber`'s `fmt` feature):
+//! Composed with a subscriber of your own (add your other layers, such as
+//! `tracing-subscriber`'s fmt layer, with more `.with(..)`):
 //!
-//! ```ignore
-//! use tracing_subscriber::layer::SubscriberExt;
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use tracing_subscriber::layer::SubscriberExt as _;
 //!
-//! let (layer, otel) = idem::otel::Exporter::from_env().build()?;
-//! let subscriber = tracing_subscriber::registry()
-//!     .with(layer)
-//!     .with(tracing_subscriber::fmt::layer());
+//! let (layer, otel) = idem_otel::Exporter::from_env().build()?;
+//! let subscriber = tracing_subscriber::registry().with(layer);
 //! tracing::subscriber::set_global_default(subscriber)?;
+//! // ...
+//! otel.flush()?; // e.g. before a planned exit; dropping `otel` also flushes
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! Spans are batched and sent from the SDK's own thread by a blocking HTTP
