@@ -11,17 +11,24 @@ use idem_testkit::engine::{call, key, tool, ScriptedProvider, Step, TestError, V
 use idem_testkit::otlp::{attribute, Receiver, Span};
 use tracing_subscriber::layer::SubscriberExt as _;
 
-/// The spans of everything flushed so far (the failsafe wait is for a
-/// request the flush did not deliver, which would be a bug).
+/// The spans of everything flushed so far. `Guard::flush` returns once
+/// the collector has answered, so they are here when it returns; the wait
+/// is a failsafe that turns a flush that did not deliver into a failure
+/// that says so, instead of a hang.
 fn received(receiver: &Receiver, guard: &idem_otel::Guard) -> Vec<Span> {
     guard.flush().expect("flush the exporter");
-    let mut spans = receiver.spans();
-    if spans.is_empty() {
-        if let Some(late) = receiver.recv(Duration::from_secs(10)) {
-            spans = idem_testkit::otlp::spans_of([late]);
-        }
-    }
+    let spans = receiver.spans();
     assert!(receiver.errors().is_empty(), "{:?}", receiver.errors());
+    if spans.is_empty() {
+        let late = receiver.recv(Duration::from_secs(10));
+        panic!(
+            "Guard::flush returned before its spans reached the receiver; {}",
+            match late {
+                Some(_) => "they came later (a batch timer, not the flush, sent them)",
+                None => "none came in 10 s",
+            }
+        );
+    }
     spans
 }
 
