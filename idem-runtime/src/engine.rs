@@ -727,10 +727,16 @@ where
 {
     let metered = ctx.shared().audit.metrics.call(tool);
     let traced = Traced::call(ctx, tool, None);
-    let span = traced.span().clone();
-    let result = read_only(ctx, tool, attempt, metered.slot(), &traced)
-        .instrument(span)
-        .await;
+    // Without a subscriber, no wrapper at all (the read-only path is the
+    // cheapest call there is, and measured so).
+    let result = if traced.span().is_disabled() {
+        read_only(ctx, tool, attempt, metered.slot(), &traced).await
+    } else {
+        let span = traced.span().clone();
+        read_only(ctx, tool, attempt, metered.slot(), &traced)
+            .instrument(span)
+            .await
+    };
     metered.finish(traced.finish(result))
 }
 
@@ -789,9 +795,12 @@ where
                 attempts = n;
                 metrics.attempted();
                 let span = traced.attempt(n);
-                let result = run_attempt(tool, attempt(ctx.for_call(None, n)))
-                    .instrument(span.clone())
-                    .await;
+                let fut = run_attempt(tool, attempt(ctx.for_call(None, n)));
+                let result = if span.is_disabled() {
+                    fut.await
+                } else {
+                    fut.instrument(span.clone()).await
+                };
                 trace::attempt_outcome(&span, &result);
                 match result {
                     Ok(Ok(v)) => return Ok(v),
