@@ -183,11 +183,13 @@ where
     // without reading the journal. (Other arguments take the journal's
     // path, which records the drift and applies the tool's policy.)
     let cached = driver.cached(fingerprint);
-    let span = traced.span().clone();
-    let result = driver
-        .drive(Input::Start { cached, args_len })
-        .instrument(span)
-        .await;
+    let drive = driver.drive(Input::Start { cached, args_len });
+    // Without a subscriber, no wrapper (a replay costs a few microseconds).
+    let result = if traced.span().is_disabled() {
+        drive.await
+    } else {
+        drive.instrument(traced.span().clone()).await
+    };
     metered.finish(traced.finish(result))
 }
 
@@ -557,9 +559,12 @@ where
         let key = self.key.with_generation(generation);
         let call_ctx = self.ctx.for_call(Some(&key), attempt);
         let span = self.traced.attempt(attempt);
-        let outcome = run_attempt_from(self.tool, self.began, self.body.attempt(call_ctx.clone()))
-            .instrument(span.clone())
-            .await;
+        let fut = run_attempt_from(self.tool, self.began, self.body.attempt(call_ctx.clone()));
+        let outcome = if span.is_disabled() {
+            fut.await
+        } else {
+            fut.instrument(span.clone()).await
+        };
         trace::attempt_outcome(&span, &outcome);
         self.error = None;
         Input::Attempted(match outcome {
