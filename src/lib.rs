@@ -223,6 +223,11 @@ pub use idem_mcp as mcp;
 // Documented in its own file.
 #[cfg(feature = "testing")]
 pub mod testing;
+/// OpenTelemetry export of every tool call's span, its attempts as child
+/// spans, over OTLP/HTTP (feature `otel`): see [`otel::Exporter`].
+#[cfg(feature = "otel")]
+#[doc(inline)]
+pub use idem_otel as otel;
 
 /// Makes an async function or `&self` method a retry-safe tool.
 ///

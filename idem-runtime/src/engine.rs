@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tracing::Instrument;
 
 use crate::class::ToolDescriptor;
 use crate::ctx::Ctx;
@@ -29,6 +30,7 @@ use crate::machine::call::{
 use crate::machine::policy::{Policy, MAX_ARGS_BYTES};
 use crate::replays::Replay;
 use crate::shared::Shared;
+use crate::trace::{self, Traced};
 use crate::unit::{self, Unit, Wrote};
 use idem_journal::audit::{Draft, EventKind};
 use idem_journal::codec;
@@ -141,6 +143,7 @@ where
     }
     let shared = ctx.shared();
     let metered = shared.audit.metrics.call(tool);
+    let traced = Traced::call(ctx, tool, Some(&key));
     let (json, fingerprint) = args.canonical();
     shared.saw(tool, hooks.check_landed);
     let policy = policy_of(tool, verify.is_some());
@@ -174,12 +177,20 @@ where
         fault: None,
         undecodable: None,
         report: crate::dispatch::report::claim(),
+        traced: &traced,
     };
     // A result this runtime has seen committed is final: replay it
     // without reading the journal. (Other arguments take the journal's
     // path, which records the drift and applies the tool's policy.)
     let cached = driver.cached(fingerprint);
-    metered.finish(driver.drive(Input::Start { cached, args_len }).await)
+    let drive = driver.drive(Input::Start { cached, args_len });
+    // Without a subscriber, no wrapper (a replay costs a few microseconds).
+    let result = if traced.span().is_disabled() {
+        drive.await
+    } else {
+        drive.instrument(traced.span().clone()).await
+    };
+    metered.finish(traced.finish(result))
 }
 
 /// A tool's rules, as the machine applies them.
@@ -225,6 +236,8 @@ struct Driver<'a, T, E, B> {
     undecodable: Option<String>,
     /// This call reports to a dispatcher (`dispatch::report`).
     report: bool,
+    /// The call's span and what it records.
+    traced: &'a Traced,
 }
 
 impl<'a, T, E, B> Driver<'a, T, E, B>
@@ -284,6 +297,17 @@ where
     }
 
     async fn execute(&mut self, action: Action) -> Input {
+        let timer = if touches_journal(&action) {
+            self.traced.journal_timer()
+        } else {
+            None
+        };
+        let input = self.act(action).await;
+        self.traced.journal_done(timer);
+        input
+    }
+
+    async fn act(&mut self, action: Action) -> Input {
         match action {
             Action::Lead => self.lead(),
             Action::AwaitLeader { until } => self.await_leader(until).await,
@@ -534,8 +558,14 @@ where
     async fn attempt(&mut self, attempt: u32, generation: u32) -> Input {
         let key = self.key.with_generation(generation);
         let call_ctx = self.ctx.for_call(Some(&key), attempt);
-        let outcome =
-            run_attempt_from(self.tool, self.began, self.body.attempt(call_ctx.clone())).await;
+        let span = self.traced.attempt(attempt);
+        let fut = run_attempt_from(self.tool, self.began, self.body.attempt(call_ctx.clone()));
+        let outcome = if span.is_disabled() {
+            fut.await
+        } else {
+            fut.instrument(span.clone()).await
+        };
+        trace::attempt_outcome(&span, &outcome);
         self.error = None;
         Input::Attempted(match outcome {
             Ok(Ok(v)) => {
@@ -570,7 +600,10 @@ where
         let Some(asked) = self.body.verify(call_ctx) else {
             return Input::Verified(Answer::Unknown);
         };
-        Input::Verified(match run_attempt(self.tool, asked).await {
+        let span = self.traced.verify(attempt);
+        let answer = run_attempt(self.tool, asked).instrument(span.clone()).await;
+        trace::verify_outcome(&span, &answer);
+        Input::Verified(match answer {
             Ok(Ok(Verdict::Landed(v))) => {
                 let stored = stored(&v);
                 self.value = Some(v);
@@ -588,12 +621,16 @@ where
         if remember {
             self.remember();
         }
+        let replayed = matches!(
+            outcome,
+            Outcome::Value(ValueFrom::Record | ValueFrom::Cache)
+        );
+        if replayed {
+            self.traced.replayed();
+        }
         if self.report {
             crate::dispatch::report::fill(crate::dispatch::CallReport {
-                replayed: matches!(
-                    outcome,
-                    Outcome::Value(ValueFrom::Record | ValueFrom::Cache)
-                ),
+                replayed,
                 drift: self.machine.drift(),
             });
         }
@@ -694,8 +731,31 @@ where
     Fut: Future<Output = Result<T, E>>,
 {
     let metered = ctx.shared().audit.metrics.call(tool);
-    let result = read_only(ctx, tool, attempt, metered.slot()).await;
-    metered.finish(result)
+    let traced = Traced::call(ctx, tool, None);
+    // Without a subscriber, no wrapper at all (the read-only path is the
+    // cheapest call there is, and measured so).
+    let result = if traced.span().is_disabled() {
+        read_only(ctx, tool, attempt, metered.slot(), &traced).await
+    } else {
+        let span = traced.span().clone();
+        read_only(ctx, tool, attempt, metered.slot(), &traced)
+            .instrument(span)
+            .await
+    };
+    metered.finish(traced.finish(result))
+}
+
+/// Whether carrying out `action` waits on the journal (the time the call's
+/// span reports as `idem.journal_us`).
+fn touches_journal(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::Read
+            | Action::Write(_)
+            | Action::Revert(_)
+            | Action::Emit(_)
+            | Action::EmitBestEffort(_)
+    )
 }
 
 async fn read_only<T, E, F, Fut>(
@@ -703,6 +763,7 @@ async fn read_only<T, E, F, Fut>(
     tool: &'static ToolDescriptor,
     mut attempt: F,
     metrics: &crate::metrics::ToolMetrics,
+    traced: &Traced,
 ) -> Result<T, ToolError<E>>
 where
     E: Classify + Debug,
@@ -738,7 +799,15 @@ where
             Ro::Attempt { attempt: n } => {
                 attempts = n;
                 metrics.attempted();
-                match run_attempt(tool, attempt(ctx.for_call(None, n))).await {
+                let span = traced.attempt(n);
+                let fut = run_attempt(tool, attempt(ctx.for_call(None, n)));
+                let result = if span.is_disabled() {
+                    fut.await
+                } else {
+                    fut.instrument(span.clone()).await
+                };
+                trace::attempt_outcome(&span, &result);
+                match result {
                     Ok(Ok(v)) => return Ok(v),
                     Ok(Err(e)) => {
                         let failure = e.classify();
@@ -760,21 +829,25 @@ where
                     }
                 }
             }
-            Ro::Emit(kind) => match shared
-                .audit
-                .emit(
-                    &*shared.journal,
-                    draft(ctx, tool.name, None, kind),
-                    Durability::Eventual,
-                )
-                .await
-            {
-                Ok(_) => RoIn::Appended,
-                Err(e) => {
-                    fault = Some(e);
-                    RoIn::AppendFailed
+            Ro::Emit(kind) => {
+                let timer = traced.journal_timer();
+                let emitted = shared
+                    .audit
+                    .emit(
+                        &*shared.journal,
+                        draft(ctx, tool.name, None, kind),
+                        Durability::Eventual,
+                    )
+                    .await;
+                traced.journal_done(timer);
+                match emitted {
+                    Ok(_) => RoIn::Appended,
+                    Err(e) => {
+                        fault = Some(e);
+                        RoIn::AppendFailed
+                    }
                 }
-            },
+            }
             Ro::Sleep { until } => {
                 tokio::time::sleep_until(started + Duration::from_millis(until)).await;
                 RoIn::Slept

@@ -33,6 +33,7 @@ mod retry;
 mod runtime;
 mod shared;
 mod step;
+mod trace;
 mod unit;
 
 pub use audit::{Subscription, SubscriptionError};

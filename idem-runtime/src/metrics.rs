@@ -87,7 +87,7 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
-    const ALL: [Outcome; 11] = [
+    pub(crate) const ALL: [Outcome; 11] = [
         Outcome::Ok,
         Outcome::ToolError,
         Outcome::Escalated,
@@ -101,7 +101,7 @@ impl Outcome {
         Outcome::Cancelled,
     ];
 
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
             Outcome::ToolError => "tool_error",

@@ -22,7 +22,8 @@
 //!
 //! With the `powercut` feature, `powercut::PowerCutFs` is a FUSE file
 //! system that loses what a power cut loses, for testing durability (the
-//! journal under power loss) where SIGKILL cannot.
+//! journal under power loss) where SIGKILL cannot. With the `otlp`
+//! feature, `otlp::Receiver` is a real OTLP/HTTP trace receiver.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -54,6 +55,8 @@ mod faults;
 mod http;
 mod journal;
 mod ledger;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 mod payments;
 pub mod pg;
 #[cfg(feature = "powercut")]
