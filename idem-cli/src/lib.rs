@@ -43,6 +43,7 @@ pub mod backend;
 pub mod client;
 pub mod error;
 pub mod pg;
+pub mod reach;
 pub mod render;
 pub mod workers;
 

@@ -5,8 +5,8 @@ use serde::Serialize;
 
 use idem_runtime::admin::{workers, AddressFile};
 
-use crate::backend::{reach, Unreached};
 use crate::error::CliError;
+use crate::reach::{reach, Unreached};
 
 /// One worker as `idem workers` shows it.
 #[derive(Debug, Clone, Serialize)]
