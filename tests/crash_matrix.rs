@@ -331,3 +331,30 @@ async fn a_refused_intent_write_calls_no_provider() {
     );
     assert_eq!(p.effects(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_intent_that_landed_but_reported_an_error_calls_no_provider_until_retried() {
+    let journal = FaultJournal::new();
+    journal.inject(Fault::FailAfterWrite(1));
+    let rt = Runtime::builder()
+        .journal(journal.clone())
+        .clock(Arc::new(PausedClock::default()))
+        .open()
+        .unwrap();
+    let p = payments();
+    // The INTENT is in the journal, but its write said it failed: the call
+    // cannot know it is durable, so the provider is not called.
+    let err = charge(&rt.run("r"), p.clone(), 1).await.unwrap_err();
+    assert!(
+        matches!(err, ToolError::Journal(Error::Storage { .. })),
+        "{err:?}"
+    );
+    assert_eq!(p.effects(), 0);
+    // The next call of the same key takes what is there over and charges
+    // once (the provider deduplicates the key in any case).
+    assert_eq!(
+        charge(&rt.run("r"), p.clone(), 1).await.unwrap(),
+        "charged 1"
+    );
+    assert_eq!(p.effects(), 1);
+}
