@@ -77,6 +77,9 @@
 //! | REJECTED (semantic) | — | run again under the next key generation | same | same |
 //! | ESCALATED | — | [`ToolError::Escalated`], no call | same | same |
 //! | resolved by an operator | — | landed → replay; reissue → run; abandon → [`ToolError::Abandoned`] | same | same |
+//! | AWAITING_APPROVAL (`approve = ...`) | — | wait up to `approval_wait`, then [`ToolError::AwaitingApproval`]; no call | same | same |
+//! | approved by an operator | — | run it once, with the approved arguments | same | same |
+//! | refused by an operator | — | [`ToolError::NotApproved`] with the operator's note, no call | same | same |
 //!
 //! and, inside one call, treats each failure by the tool's class
 //! ([`Failure`], from the error's [`Classify`]):
@@ -184,12 +187,13 @@
 // root is an explicit list too, and `.ci/run` checks the surface against
 // `public-api.txt`).
 pub use idem_runtime::{
-    dispatch, dispatch_reported, reporting, tool_schemas, tools, ArgSchema, AuditEvent, BoxFuture,
-    CallReport, Class, Classify, Clock, Ctx, DispatchError, Dispatched, Error, Escalation,
-    EventKind, Failure, IdemKey, Journal, KeyEncoder, KeyPart, LandedCheck, ManualClock, OnDrift,
-    Operation, Owner, PruneReport, Resolution, ResolutionView, RetryPolicy, Runtime,
-    RuntimeBuilder, Stats, Subscription, SubscriptionError, SystemClock, ToolDescriptor, ToolError,
-    ToolSchema, ToolSet, ToolStats, Toolbox, Verdict, KEY_VERSION, MAX_ARGS_BYTES, MAX_NOTE_BYTES,
+    dispatch, dispatch_reported, reporting, tool_schemas, tools, Approval, ApprovalView, ArgSchema,
+    AuditEvent, BoxFuture, CallReport, Class, Classify, Clock, Ctx, DispatchError, Dispatched,
+    Error, Escalation, EventKind, Failure, IdemKey, Journal, KeyEncoder, KeyPart, LandedCheck,
+    ManualClock, OnDrift, Operation, Owner, PruneReport, Resolution, ResolutionView, RetryPolicy,
+    Runtime, RuntimeBuilder, Stats, Subscription, SubscriptionError, SystemClock, ToolDescriptor,
+    ToolError, ToolSchema, ToolSet, ToolStats, Toolbox, Verdict, KEY_VERSION, MAX_ARGS_BYTES,
+    MAX_NOTE_BYTES,
 };
 #[cfg(feature = "postgres")]
 pub use idem_runtime::{PostgresJournal, PostgresOptions};

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use idem_journal::audit::{AuditEvent, Stats};
 use idem_journal::error::Error;
 use idem_journal::key::IdemKey;
-use idem_journal::views::{Escalation, Operation, PruneReport, Resolution};
+use idem_journal::views::{Approval, Escalation, Operation, PruneReport, Resolution};
 
 use crate::wire::ToolInfo;
 
@@ -45,6 +45,31 @@ pub trait Operator: Send + Sync + 'static {
         resolution: Resolution,
         note: &'a str,
     ) -> BoxFuture<'a, Result<(), Error>>;
+
+    /// Every call awaiting a person's approval, oldest request first
+    /// (none, for an operator without approvals).
+    fn approvals(&self) -> BoxFuture<'_, Result<Vec<Approval>, Error>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Approves (`approved`) or refuses a call awaiting approval, with the
+    /// operator's note and the surface it came through (`api`, `cli`,
+    /// `inbox`).
+    fn decide<'a>(
+        &'a self,
+        key: &'a IdemKey,
+        approved: bool,
+        note: &'a str,
+        via: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let _ = (approved, note, via);
+        Box::pin(async move {
+            Err(Error::NotAwaitingApproval {
+                key: key.clone(),
+                state: "unknown to this operator".into(),
+            })
+        })
+    }
 
     /// Up to `limit` durable events from `from`.
     fn audit_page(&self, from: u64, limit: usize) -> BoxFuture<'_, Result<Vec<AuditEvent>, Error>>;

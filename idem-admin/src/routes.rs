@@ -20,8 +20,8 @@ use crate::inbox;
 use crate::operator::Operator;
 use crate::proof;
 use crate::wire::{
-    ApiError, ExampleResult, OperationView, PruneView, ResolveRequest, Resolved, StatsView,
-    ToolInfo,
+    ApiError, Decided, DecisionRequest, ExampleResult, OperationView, PruneView, ResolveRequest,
+    Resolved, StatsView, ToolInfo,
 };
 use idem_journal::audit::EventKind;
 use idem_journal::error::Error;
@@ -161,6 +161,14 @@ impl App {
                 Ok(key) => resolve(rt, &key, req).await,
                 Err(answer) => answer,
             },
+            (["approvals"], &Method::GET) => match rt.approvals().await {
+                Ok(list) => json(StatusCode::OK, &list),
+                Err(e) => runtime_error(&e),
+            },
+            (["ops", key, verb @ ("approve" | "reject")], &Method::POST) => match parse_key(key) {
+                Ok(key) => decide(rt, &key, *verb == "approve", req).await,
+                Err(answer) => answer,
+            },
             (["audit"], &Method::GET) => self.audit(req.uri().query()).await,
             (["stats"], &Method::GET) => {
                 let stats = match rt.stats().await {
@@ -182,10 +190,13 @@ impl App {
                 Ok(report) => json(StatusCode::OK, &PruneView::from(report)),
                 Err(e) => runtime_error(&e),
             },
-            (["tools"] | ["escalations"] | ["ops", _] | ["audit"] | ["stats"], _) => {
-                method_not_allowed("GET")
+            (
+                ["tools"] | ["escalations"] | ["approvals"] | ["ops", _] | ["audit"] | ["stats"],
+                _,
+            ) => method_not_allowed("GET"),
+            (["ops", _, "resolve" | "approve" | "reject"] | ["prune"], _) => {
+                method_not_allowed("POST")
             }
-            (["ops", _, "resolve"] | ["prune"], _) => method_not_allowed("POST"),
             _ => not_found(&path),
         }
     }
@@ -495,6 +506,48 @@ async fn resolve(rt: &dyn Operator, key: &IdemKey, req: Request<Incoming>) -> An
     }
 }
 
+/// `POST /v1/ops/{key}/approve` or `/reject`.
+async fn decide(
+    rt: &dyn Operator,
+    key: &IdemKey,
+    approved: bool,
+    req: Request<Incoming>,
+) -> Answer {
+    let bytes = match read_body(req).await {
+        Ok(b) => b,
+        Err(answer) => return answer,
+    };
+    let request: DecisionRequest = match serde_json::from_slice(&bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &format!("the body is not a decision ({e}); send {{\"note\": \"...\"}}"),
+            )
+        }
+    };
+    let (note, via) = match request.checked() {
+        Ok(checked) => checked,
+        Err(message) => return error(StatusCode::BAD_REQUEST, "bad_request", &message),
+    };
+    if let Err(e) = rt.decide(key, approved, note, via).await {
+        return runtime_error(&e);
+    }
+    match rt.operation(key).await {
+        Ok(Some(operation)) => json(
+            StatusCode::OK,
+            &Decided {
+                key: operation.key.to_string(),
+                decision: if approved { "approved" } else { "not_approved" }.into(),
+                operation,
+            },
+        ),
+        Ok(None) => runtime_error(&Error::UnknownKey { key: key.clone() }),
+        Err(e) => runtime_error(&e),
+    }
+}
+
 async fn read_body(req: Request<Incoming>) -> Result<Bytes, Answer> {
     let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY);
     match limited.collect().await {
@@ -552,6 +605,7 @@ fn runtime_error(e: &Error) -> Answer {
     let (status, code) = match e {
         Error::UnknownKey { .. } => (StatusCode::NOT_FOUND, "unknown_key"),
         Error::NotEscalated { .. } => (StatusCode::CONFLICT, "not_escalated"),
+        Error::NotAwaitingApproval { .. } => (StatusCode::CONFLICT, "not_awaiting_approval"),
         Error::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
         Error::ResultType { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "result_type"),
         Error::BadKey { .. } => (StatusCode::BAD_REQUEST, "bad_key"),
@@ -576,8 +630,9 @@ fn not_found(path: &str) -> Answer {
         StatusCode::NOT_FOUND,
         "not_found",
         &format!(
-            "no route {path:?}: the API has /v1/tools, /v1/escalations, /v1/ops/KEY, \
-             /v1/ops/KEY/resolve, /v1/audit, /v1/stats, /v1/prune, /metrics and /healthz"
+            "no route {path:?}: the API has /v1/tools, /v1/escalations, /v1/approvals, \
+             /v1/ops/KEY, /v1/ops/KEY/resolve, /v1/ops/KEY/approve, /v1/ops/KEY/reject, \
+             /v1/audit, /v1/stats, /v1/prune, /metrics and /healthz"
         ),
     )
 }

@@ -136,6 +136,53 @@ impl ResolveRequest {
     }
 }
 
+/// The body of `POST /v1/ops/{key}/approve` and `POST /v1/ops/{key}/reject`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionRequest {
+    /// Why: what the operator checked. Required, not blank. For a refusal
+    /// it is what the agent (and the model behind it) reads.
+    pub note: String,
+    /// The surface the decision came through, as the record keeps it:
+    /// `cli` or `inbox` (absent: `api`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+}
+
+/// The surfaces a [`DecisionRequest`] may name.
+pub const DECISION_SURFACES: [&str; 3] = ["api", "cli", "inbox"];
+
+impl DecisionRequest {
+    /// The note and the surface, or why the request is malformed.
+    pub fn checked(&self) -> Result<(&str, &str), String> {
+        if self.note.trim().is_empty() {
+            return Err(
+                "\"note\" is required and must not be blank: say what the decision \
+                        rests on (for a refusal, the agent reads it)"
+                    .into(),
+            );
+        }
+        let via = self.via.as_deref().unwrap_or("api");
+        if !DECISION_SURFACES.contains(&via) {
+            return Err(format!(
+                "\"via\" is one of {}, or absent",
+                DECISION_SURFACES.join(", ")
+            ));
+        }
+        Ok((&self.note, via))
+    }
+}
+
+/// What `POST /v1/ops/{key}/approve` and `/reject` answer on success.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decided {
+    /// The operation's key.
+    pub key: String,
+    /// `approved` or `not_approved`.
+    pub decision: String,
+    /// The operation as it is now.
+    pub operation: Operation,
+}
+
 /// What `POST /v1/ops/{key}/resolve` answers on success.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Resolved {

@@ -102,6 +102,26 @@ pub enum Command {
         #[arg(long, value_name = "TEXT")]
         note: String,
     },
+    /// Calls waiting for a person's approval, with what would run.
+    Approvals,
+    /// Approves a call awaiting approval: its next call (or the one
+    /// waiting) runs it, once.
+    Approve {
+        /// The operation's key (as `idem approvals` shows it).
+        key: String,
+        /// Why: what was checked (required).
+        #[arg(long, value_name = "TEXT")]
+        note: String,
+    },
+    /// Refuses a call awaiting approval: it never runs, and the agent reads
+    /// the note.
+    Reject {
+        /// The operation's key (as `idem approvals` shows it).
+        key: String,
+        /// Why (required): the agent, and the model behind it, read it.
+        #[arg(long, value_name = "TEXT")]
+        note: String,
+    },
     /// The audit stream (JSON lines with --json).
     Audit {
         /// Start at this sequence number, or `end` for only what comes next.

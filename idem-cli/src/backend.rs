@@ -5,9 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use idem_runtime::admin::{
-    workers, AddressFile, OperationView, PruneView, ResolveRequest, Resolved, StatsView, ToolInfo,
+    workers, AddressFile, Decided, DecisionRequest, OperationView, PruneView, ResolveRequest,
+    Resolved, StatsView, ToolInfo,
 };
-use idem_runtime::{AuditEvent, Escalation, IdemKey, Runtime};
+use idem_runtime::{Approval, AuditEvent, Escalation, IdemKey, Runtime};
 
 use crate::client::Client;
 use crate::error::{exit, CliError};
@@ -266,6 +267,52 @@ impl Backend {
                 Ok(Resolved {
                     key: operation.key.to_string(),
                     resolution: request.resolution.clone(),
+                    operation,
+                })
+            }
+        }
+    }
+
+    /// Every call awaiting approval, oldest request first.
+    pub async fn approvals(&self) -> Result<Vec<Approval>, CliError> {
+        match self {
+            Backend::Remote(c) => c.approvals().await,
+            Backend::Local { rt, .. } | Backend::Postgres { rt, .. } => {
+                rt.approvals().await.map_err(|e| CliError::runtime(&e))
+            }
+        }
+    }
+
+    /// Approves or refuses a call awaiting approval (the record says it
+    /// came through the CLI).
+    pub async fn decide(
+        &self,
+        key: &str,
+        approved: bool,
+        note: String,
+    ) -> Result<Decided, CliError> {
+        let request = DecisionRequest {
+            note,
+            via: Some("cli".into()),
+        };
+        request.checked().map_err(CliError::usage)?;
+        match self {
+            Backend::Remote(c) => c.decide(key, approved, &request).await,
+            Backend::Local { rt, .. } | Backend::Postgres { rt, .. } => {
+                let key = parse_key(key)?;
+                rt.decide_approval(&key, approved, &request.note, "cli")
+                    .await
+                    .map_err(|e| CliError::runtime(&e))?;
+                let operation = rt
+                    .operation(&key)
+                    .await
+                    .map_err(|e| CliError::runtime(&e))?
+                    .ok_or_else(|| {
+                        CliError::new(exit::REFUSED, "unknown_key", "the operation vanished")
+                    })?;
+                Ok(Decided {
+                    key: operation.key.to_string(),
+                    decision: if approved { "approved" } else { "not_approved" }.into(),
                     operation,
                 })
             }

@@ -4,9 +4,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use idem_runtime::admin::{
-    proof, ApiError, OperationView, PruneView, ResolveRequest, Resolved, StatsView, ToolInfo,
+    proof, ApiError, Decided, DecisionRequest, OperationView, PruneView, ResolveRequest, Resolved,
+    StatsView, ToolInfo,
 };
-use idem_runtime::{AuditEvent, Escalation};
+use idem_runtime::{Approval, AuditEvent, Escalation};
 use serde::de::DeserializeOwned;
 
 use crate::error::{exit, CliError};
@@ -138,6 +139,29 @@ impl Client {
         let req = self
             .http
             .post(format!("{}/v1/ops/{}/resolve", self.url, path_segment(key)))
+            .header("content-type", "application/json")
+            .body(body);
+        self.send(req).await
+    }
+
+    /// `GET /v1/approvals`.
+    pub async fn approvals(&self) -> Result<Vec<Approval>, CliError> {
+        self.get("/v1/approvals").await
+    }
+
+    /// `POST /v1/ops/{key}/approve` (or `/reject`).
+    pub async fn decide(
+        &self,
+        key: &str,
+        approved: bool,
+        request: &DecisionRequest,
+    ) -> Result<Decided, CliError> {
+        let body = serde_json::to_vec(request)
+            .map_err(|e| CliError::usage(format!("cannot encode the decision: {e}")))?;
+        let verb = if approved { "approve" } else { "reject" };
+        let req = self
+            .http
+            .post(format!("{}/v1/ops/{}/{verb}", self.url, path_segment(key)))
             .header("content-type", "application/json")
             .body(body);
         self.send(req).await

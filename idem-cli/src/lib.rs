@@ -228,6 +228,27 @@ async fn commands(
                 print(&render::resolved(&resolved))
             }
         }
+        Command::Approvals => {
+            let list = backend.approvals().await?;
+            if json {
+                print(&as_json(&list))
+            } else {
+                print(&render::approvals(&list, render::now_ms()))
+            }
+        }
+        command @ (Command::Approve { .. } | Command::Reject { .. }) => {
+            let (approved, key, note) = match command {
+                Command::Approve { key, note } => (true, key, note),
+                Command::Reject { key, note } => (false, key, note),
+                _ => unreachable!("matched above"),
+            };
+            let decided = backend.decide(&key, approved, note).await?;
+            if json {
+                print(&as_json(&decided))
+            } else {
+                print(&render::decided(&decided))
+            }
+        }
         Command::Audit {
             from,
             follow,

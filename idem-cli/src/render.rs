@@ -12,8 +12,8 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-use idem_runtime::admin::{OperationView, PruneView, Resolved, StatsView, ToolInfo};
-use idem_runtime::{AuditEvent, Escalation, EventKind};
+use idem_runtime::admin::{Decided, OperationView, PruneView, Resolved, StatsView, ToolInfo};
+use idem_runtime::{Approval, AuditEvent, Escalation, EventKind};
 
 /// Tools as a journal opened directly knows them: only by name.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -341,6 +341,24 @@ pub fn operation(view: &OperationView) -> String {
             escape(&r.note)
         );
     }
+    if let Some(a) = &op.approval {
+        let _ = writeln!(
+            out,
+            "  approval     asked at {}: {}",
+            time(a.requested_ms),
+            escape(&a.reason)
+        );
+        if let (Some(approved), Some(at)) = (a.approved, a.decided_ms) {
+            let _ = writeln!(
+                out,
+                "  decision     {} at {} through {}: {}",
+                if approved { "approved" } else { "refused" },
+                time(at),
+                escape(a.via.as_deref().unwrap_or("-")),
+                escape(a.note.as_deref().unwrap_or(""))
+            );
+        }
+    }
     let _ = writeln!(out, "  first try    {}", time(op.first_attempt_ms));
     let _ = writeln!(out, "  updated      {}", time(op.updated_ms));
     let _ = writeln!(out, "\nhistory ({} events):", view.history.len());
@@ -426,6 +444,9 @@ fn event_text(kind: &EventKind) -> String {
         EventKind::Refused { reason } => format!("refused: {reason}"),
         EventKind::StepRecorded => "step recorded".into(),
         EventKind::StepReplayed => "step replayed".into(),
+        EventKind::ApprovalRequested { reason } => format!("AWAITS APPROVAL: {reason}"),
+        EventKind::Approved { note, via } => format!("approved (through {via}): {note}"),
+        EventKind::NotApproved { note, via } => format!("NOT APPROVED (through {via}): {note}"),
         // A kind newer than this renderer (the enum grows): its JSON form.
         other => serde_json::to_string(other).unwrap_or_else(|_| format!("{other:?}")),
     }
@@ -556,6 +577,54 @@ pub fn prune(view: &PruneView) -> String {
 }
 
 /// `idem resolve`.
+/// `idem approvals`.
+pub fn approvals(list: &[Approval], now_ms: u64) -> String {
+    let mut out = String::new();
+    match list.len() {
+        0 => {
+            out.push_str("no approvals: no call waits for a person\n");
+            return out;
+        }
+        1 => out.push_str("1 call waits for a person's approval\n"),
+        n => {
+            let _ = writeln!(out, "{n} calls wait for a person's approval (oldest first)");
+        }
+    }
+    for a in list {
+        out.push('\n');
+        let _ = writeln!(out, "{}", escape(a.key.as_str()));
+        let _ = writeln!(out, "  tool         {} ({})", escape(&a.tool), a.class);
+        let _ = writeln!(out, "  run          {}", run(&a.root_run, &a.scope));
+        out.push_str(&arguments(&a.args));
+        let _ = writeln!(
+            out,
+            "  asked        {} ({})",
+            time(a.requested_ms),
+            ago(a.requested_ms, now_ms)
+        );
+        let _ = writeln!(out, "  reason       {}", escape(&a.reason));
+    }
+    out.push_str(
+        "\napprove with `idem approve KEY --note TEXT`, refuse with `idem reject KEY --note TEXT`\n",
+    );
+    out
+}
+
+/// `idem approve` / `idem reject`.
+pub fn decided(d: &Decided) -> String {
+    let approved = d.decision == "approved";
+    format!(
+        "{} {}\n  {}\n",
+        if approved { "approved" } else { "refused" },
+        escape(&d.key),
+        if approved {
+            "its next call runs it, once, with the arguments shown by `idem approvals`"
+        } else {
+            "it never runs; every call of its key returns NotApproved with your note"
+        }
+    )
+}
+
 pub fn resolved(r: &Resolved) -> String {
     let op = &r.operation;
     let mut out = format!("resolved {} as {}", escape(&r.key), escape(&r.resolution));

@@ -154,6 +154,25 @@ pub enum EventKind {
     StepRecorded,
     /// A memoized step's stored result was returned without running it.
     StepReplayed,
+    /// A call needs a person's approval before it runs; nothing ran.
+    ApprovalRequested {
+        /// Why (the tool's approval policy said so).
+        reason: String,
+    },
+    /// An operator approved a call: the next call of its key runs it.
+    Approved {
+        /// The operator's note.
+        note: String,
+        /// Through which surface (`runtime`, `api`, `cli`, `inbox`).
+        via: String,
+    },
+    /// An operator refused a call: it never runs.
+    NotApproved {
+        /// The operator's note.
+        note: String,
+        /// Through which surface (`runtime`, `api`, `cli`, `inbox`).
+        via: String,
+    },
 }
 
 impl AuditEvent {
@@ -190,6 +209,10 @@ pub struct ToolStats {
     pub escalations: u64,
     /// Calls whose arguments drifted from the first call of their key.
     pub drifts: u64,
+    /// Calls that asked a person for approval.
+    pub approvals_requested: u64,
+    /// Approvals refused by a person.
+    pub approvals_refused: u64,
 }
 
 /// Statistics for every tool seen in the audit stream.
@@ -228,7 +251,10 @@ impl Stats {
                 t.calls += 1;
                 t.dedupe_hits += 1;
             }
+            EventKind::ApprovalRequested { .. } => t.approvals_requested += 1,
+            EventKind::NotApproved { .. } => t.approvals_refused += 1,
             EventKind::Failed { .. }
+            | EventKind::Approved { .. }
             | EventKind::Resolved { .. }
             | EventKind::Amended { .. }
             | EventKind::Fenced { .. }

@@ -211,6 +211,15 @@ pub enum Error {
         /// The key.
         key: IdemKey,
     },
+    /// `approve` or `reject` was given a key whose operation does not
+    /// await approval (it was decided already, or never asked).
+    #[error("operation {key} does not await approval (it is {state}); nothing to decide")]
+    NotAwaitingApproval {
+        /// The key.
+        key: IdemKey,
+        /// Its current state.
+        state: String,
+    },
     /// `resolve` was given a key whose operation is not escalated.
     #[error("operation {key} is not escalated (it is {state}); nothing to resolve")]
     NotEscalated {

@@ -21,7 +21,10 @@ use crate::error::Error;
 ///
 /// 3: audit events name the worker that acted (format 2's events still
 /// decode, without one); every other kind is the same as in format 2.
-pub const RECORD_VERSION: u8 = 3;
+/// 4: operation records carry the approval of their call
+/// ([`OpRecord::approval`]; records of formats 2 and 3 decode without
+/// one, see [`OpRecord::decode`]); every other kind is as in format 3.
+pub const RECORD_VERSION: u8 = 4;
 
 /// Largest body bincode may decode when the frame is small; a corrupt
 /// length prefix cannot make it allocate more than this.
@@ -144,6 +147,18 @@ pub enum State {
     Reissue,
     /// An operator said: never run it.
     Abandoned,
+    /// The call needs a person's approval before anything runs
+    /// ([`OpRecord::approval`] says why); no INTENT was written.
+    AwaitingApproval,
+    /// An operator approved it and no call has run it yet: the next call
+    /// of the key runs it (with the arguments that were approved).
+    Approved,
+    /// An operator refused it: every later call of the key returns the
+    /// refusal, and nothing runs.
+    NotApproved {
+        /// The operator's note.
+        note: String,
+    },
 }
 
 impl State {
@@ -156,7 +171,14 @@ impl State {
                 | State::Rejected { .. }
                 | State::Failed { .. }
                 | State::Abandoned
+                | State::NotApproved { .. }
         )
+    }
+
+    /// Whether the record waits for a person (an escalation, or a call
+    /// awaiting approval): what the journal's escalation index holds.
+    pub fn needs_a_person(&self) -> bool {
+        matches!(self, State::Escalated | State::AwaitingApproval)
     }
 
     /// The state's name, as operators see it.
@@ -170,6 +192,9 @@ impl State {
             State::Escalated => "escalated",
             State::Reissue => "reissue",
             State::Abandoned => "abandoned",
+            State::AwaitingApproval => "awaiting_approval",
+            State::Approved => "approved",
+            State::NotApproved { .. } => "not_approved",
         }
     }
 }
@@ -218,6 +243,46 @@ pub struct ResolutionInfo {
     pub amendments: u32,
 }
 
+/// Why a call needed a person's approval, and what the person decided.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ApprovalInfo {
+    /// Why the call needs approval (the tool's policy said so).
+    pub reason: String,
+    /// When it was asked for (ms since the epoch).
+    pub requested_ms: u64,
+    /// The key generation it was asked for: a new generation (after a
+    /// refusal by the provider) is a new decision and asks again.
+    pub generation: u32,
+    /// SHA-256 of the non-redacted arguments that were put to the person:
+    /// only a call with these arguments runs on this approval.
+    pub fingerprint: [u8; 32],
+    /// The decision, once made.
+    pub decision: Option<ApprovalDecision>,
+}
+
+/// A person's decision on an [`ApprovalInfo`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ApprovalDecision {
+    /// Approved (`true`) or refused.
+    pub approved: bool,
+    /// The operator's note.
+    pub note: String,
+    /// When (ms since the epoch).
+    pub at_ms: u64,
+    /// Through which surface: `runtime`, `api`, `cli`, `inbox`, ...
+    pub via: String,
+}
+
+impl ApprovalInfo {
+    /// Whether this approval lets a call of `generation` with arguments
+    /// `fingerprint` run.
+    pub fn approves(&self, generation: u32, fingerprint: &[u8; 32]) -> bool {
+        self.generation == generation
+            && self.fingerprint == *fingerprint
+            && self.decision.as_ref().is_some_and(|d| d.approved)
+    }
+}
+
 /// One logical operation, keyed by its key digest.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct OpRecord {
@@ -261,6 +326,63 @@ pub struct OpRecord {
     pub escalation: Option<EscalationInfo>,
     /// An operator's decision, if any.
     pub resolution: Option<ResolutionInfo>,
+    /// The approval this call needed, if it needed one (record format 4).
+    pub approval: Option<ApprovalInfo>,
+}
+
+/// An [`OpRecord`] as formats 2 and 3 stored it (without an approval).
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct OpRecordV3 {
+    tool: String,
+    class: Class,
+    root_run: String,
+    scope: Vec<String>,
+    generation: u32,
+    state: State,
+    attempts: u32,
+    first_attempt_ms: u64,
+    key_first_sent_ms: Option<u64>,
+    updated_ms: u64,
+    maybe_landed: bool,
+    fingerprint: [u8; 32],
+    args: String,
+    last_error: Option<String>,
+    verify_answer: Option<String>,
+    escalation: Option<EscalationInfo>,
+    resolution: Option<ResolutionInfo>,
+}
+
+impl OpRecord {
+    /// Decodes a stored operation record (`location` and `key` name it in
+    /// errors), of this format or an older one: records of formats 2 and 3
+    /// decode with no approval.
+    pub fn decode(bytes: &[u8], location: &str, key: &[u8]) -> Result<OpRecord, Error> {
+        if !matches!(version_of(bytes), Some(2 | 3)) {
+            return decode(Kind::Op, bytes, location, key);
+        }
+        let old: OpRecordV3 = decode(Kind::Op, bytes, location, key)?;
+        Ok(OpRecord {
+            tool: old.tool,
+            class: old.class,
+            root_run: old.root_run,
+            scope: old.scope,
+            generation: old.generation,
+            state: old.state,
+            attempts: old.attempts,
+            first_attempt_ms: old.first_attempt_ms,
+            key_first_sent_ms: old.key_first_sent_ms,
+            updated_ms: old.updated_ms,
+            maybe_landed: old.maybe_landed,
+            fingerprint: old.fingerprint,
+            args: old.args,
+            last_error: old.last_error,
+            verify_answer: old.verify_answer,
+            escalation: old.escalation,
+            resolution: old.resolution,
+            approval: None,
+        })
+    }
 }
 
 /// Where a memoized step stands.
@@ -466,7 +588,62 @@ mod tests {
                 at_ms: 5,
                 amendments: 0,
             }),
+            approval: Some(ApprovalInfo {
+                reason: "above 1000 EUR".into(),
+                requested_ms: 3,
+                generation: 2,
+                fingerprint: [7; 32],
+                decision: Some(ApprovalDecision {
+                    approved: true,
+                    note: "ok".into(),
+                    at_ms: 4,
+                    via: "cli".into(),
+                }),
+            }),
         }
+    }
+
+    /// A record of format 3 (before approvals) decodes as it was, with
+    /// no approval; read as this format's layout it would not.
+    #[test]
+    fn a_format_3_record_decodes_without_an_approval() {
+        let now = sample();
+        let old = OpRecordV3 {
+            tool: now.tool.clone(),
+            class: now.class,
+            root_run: now.root_run.clone(),
+            scope: now.scope.clone(),
+            generation: now.generation,
+            state: now.state.clone(),
+            attempts: now.attempts,
+            first_attempt_ms: now.first_attempt_ms,
+            key_first_sent_ms: now.key_first_sent_ms,
+            updated_ms: now.updated_ms,
+            maybe_landed: now.maybe_landed,
+            fingerprint: now.fingerprint,
+            args: now.args.clone(),
+            last_error: now.last_error.clone(),
+            verify_answer: now.verify_answer.clone(),
+            escalation: now.escalation.clone(),
+            resolution: now.resolution.clone(),
+        };
+        let body = bincode::serde::encode_to_vec(&old, bincode::config::standard()).unwrap();
+        let mut bytes = vec![Kind::Op as u8, 3];
+        bytes.extend(frame_checksum(3, &body).to_le_bytes());
+        bytes.extend(&body);
+        let back = OpRecord::decode(&bytes, "mem", b"k").unwrap();
+        assert_eq!(
+            back,
+            OpRecord {
+                approval: None,
+                ..now
+            }
+        );
+        assert!(decode::<OpRecord>(Kind::Op, &bytes, "mem", b"k").is_err());
+        // This format's records take the current path.
+        let r = sample();
+        let bytes = encode(Kind::Op, &r).unwrap();
+        assert_eq!(OpRecord::decode(&bytes, "mem", b"k").unwrap(), r);
     }
 
     #[test]

@@ -39,6 +39,50 @@ pub struct Escalation {
     pub escalated_ms: u64,
 }
 
+/// A call waiting for a person's approval, with what was put to them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Approval {
+    /// The operation's key (current generation): what `approve` and
+    /// `reject` take.
+    pub key: IdemKey,
+    /// The tool.
+    pub tool: String,
+    /// The tool's class.
+    pub class: Class,
+    /// The root run.
+    pub root_run: String,
+    /// The scope path under the root run.
+    pub scope: Vec<String>,
+    /// Why the call needs approval (the tool's policy said so).
+    pub reason: String,
+    /// The call's arguments, redacted ones replaced by `"<redacted>"`:
+    /// what runs if it is approved.
+    pub args: serde_json::Value,
+    /// When approval was asked for (ms since the epoch).
+    pub requested_ms: u64,
+}
+
+/// The approval an operation needed, and its decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalView {
+    /// Why it needed approval.
+    pub reason: String,
+    /// When approval was asked for (ms since the epoch).
+    pub requested_ms: u64,
+    /// The key generation it was asked for.
+    pub generation: u32,
+    /// `Some(true)` approved, `Some(false)` refused, `None` pending.
+    pub approved: Option<bool>,
+    /// The operator's note, once decided.
+    pub note: Option<String>,
+    /// When it was decided (ms since the epoch).
+    pub decided_ms: Option<u64>,
+    /// Through which surface it was decided (`runtime`, `api`, `cli`,
+    /// `inbox`).
+    pub via: Option<String>,
+}
+
 /// An operator's answer to an [`Escalation`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Resolution {
@@ -81,7 +125,8 @@ pub struct Operation {
     /// The scope path under the root run.
     pub scope: Vec<String>,
     /// `intent`, `waiting`, `committed`, `rejected`, `failed`, `escalated`,
-    /// `reissue` or `abandoned`.
+    /// `reissue`, `abandoned`, `awaiting_approval`, `approved` or
+    /// `not_approved`.
     pub state: String,
     /// The key generation (incremented after a provider refusal).
     pub generation: u32,
@@ -111,6 +156,9 @@ pub struct Operation {
     pub updated_ms: u64,
     /// Who holds its claim (`worker#incarnation`), while it is in flight.
     pub claimed_by: Option<String>,
+    /// The approval the call needed, if it needed one.
+    #[serde(default)]
+    pub approval: Option<ApprovalView>,
 }
 
 /// An operator's resolution of an operation.
@@ -180,6 +228,7 @@ pub fn operation_of(digest: &Digest, loaded: &Loaded, rec: &OpRecord) -> Operati
     };
     let error = match &rec.state {
         State::Rejected { error } | State::Failed { error } => Some(error.clone()),
+        State::NotApproved { note } => Some(note.clone()),
         _ => None,
     };
     Operation {
@@ -208,5 +257,33 @@ pub fn operation_of(digest: &Digest, loaded: &Loaded, rec: &OpRecord) -> Operati
         first_attempt_ms: rec.first_attempt_ms,
         updated_ms: rec.updated_ms,
         claimed_by: loaded.claim.as_ref().map(|c| c.owner.to_string()),
+        approval: rec.approval.as_ref().map(|a| ApprovalView {
+            reason: a.reason.clone(),
+            requested_ms: a.requested_ms,
+            generation: a.generation,
+            approved: a.decision.as_ref().map(|d| d.approved),
+            note: a.decision.as_ref().map(|d| d.note.clone()),
+            decided_ms: a.decision.as_ref().map(|d| d.at_ms),
+            via: a.decision.as_ref().map(|d| d.via.clone()),
+        }),
     }
+}
+
+/// The approval view of a stored operation awaiting one (`None` for any
+/// other record).
+pub fn approval_of(digest: &Digest, rec: &OpRecord) -> Option<Approval> {
+    if rec.state != State::AwaitingApproval {
+        return None;
+    }
+    let info = rec.approval.as_ref()?;
+    Some(Approval {
+        key: IdemKey::from_parts(&rec.tool, *digest, rec.generation),
+        tool: rec.tool.clone(),
+        class: rec.class,
+        root_run: rec.root_run.clone(),
+        scope: rec.scope.clone(),
+        reason: info.reason.clone(),
+        args: serde_json::from_str(&rec.args).unwrap_or(serde_json::Value::Null),
+        requested_ms: info.requested_ms,
+    })
 }

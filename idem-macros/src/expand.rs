@@ -31,7 +31,7 @@ use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::{FnArg, GenericArgument, ItemFn, Pat, PathArguments, ReturnType, Type};
 
-use crate::model::{Class, Tool, Verify};
+use crate::model::{Approve, Class, Tool, Verify};
 use crate::types::{ends, impl_trait_as_infer};
 
 /// A local of the wrapper: mixed-site hygiene makes it invisible to the
@@ -181,6 +181,8 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
         TokenStream::new()
     };
 
+    let approval = approval(tool, &p, &root, &args, &moved);
+
     let copies = params.iter().zip(&moved).map(|(param, value)| {
         let ident = &param.ident;
         let mutability = param.mutable.then(|| quote!(mut));
@@ -264,6 +266,7 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
             #assert_journaled
             #root_bind
             #record
+            #approval
             let #attempt_fn = #attempt;
             #call
         }
@@ -360,6 +363,20 @@ fn descriptor(
     let here = quote_spanned!(fn_ident.span()=> ::core::file!(), ::core::line!());
     let statik = format_ident!("__IDEM_TOOL", span = Span::mixed_site());
     let guard = name_guard(name, fn_ident.span());
+    let commit = if tool.commit_eventual {
+        quote!(Eventual)
+    } else {
+        quote!(Immediate)
+    };
+    let approve = match &tool.approve {
+        Approve::Never => quote!(::core::option::Option::None),
+        Approve::Always => quote!(::core::option::Option::Some("always")),
+        Approve::Path(path) => {
+            let text = path.to_token_stream().to_string().replace(' ', "");
+            quote!(::core::option::Option::Some(#text))
+        }
+    };
+    let approval_wait = dur(tool.approval_wait);
     quote! {
         {
             static #statik: #p::ToolDescriptor = #p::ToolDescriptor::new(#name, #p::Class::#class)
@@ -379,7 +396,8 @@ fn descriptor(
                 .with_redact(&[#(#redact),*])
                 .with_verify(#verify)
                 .with_check_landed(#check_landed)
-                .with_commit(#p::Durability::Immediate)
+                .with_commit(#p::Durability::#commit)
+                .with_approval(#approve, #approval_wait)
                 .defined_at(::core::module_path!(), #here);
             #p::inventory::submit! { #p::RegisteredTool(&#statik) }
             #guard
@@ -505,4 +523,49 @@ fn paren(tokens: TokenStream, at: Span) -> TokenStream {
     let mut g = Group::new(Delimiter::Parenthesis, tokens);
     g.set_span(Span::call_site().located_at(at));
     TokenTree::Group(g).into()
+}
+
+/// The statement that tells the engine whether this call needs a person's
+/// approval: the policy function called on the context and the arguments
+/// by reference, through a function pointer of the promised signature (so
+/// a function of another shape is a type error on the path).
+fn approval(
+    tool: &Tool,
+    p: &TokenStream,
+    root: &Ident,
+    args: &Ident,
+    moved: &[Ident],
+) -> TokenStream {
+    if tool.class == Class::ReadOnly {
+        return TokenStream::new();
+    }
+    match &tool.approve {
+        Approve::Never => TokenStream::new(),
+        Approve::Always => quote! {
+            #args.needs_approval(::core::option::Option::Some(
+                ::std::string::String::from("every call of this tool needs a person's approval (approve = \"always\")"),
+            ));
+        },
+        Approve::Path(path) => {
+            let (lo, hi) = ends(path);
+            let f = local("__idem_approve");
+            let tys = tool.shape.params.iter().map(|param| &param.ty);
+            let fn_ty = located(
+                quote!(fn(&#p::Ctx #(, &#tys)*) -> ::core::option::Option<::std::string::String>),
+                lo,
+            );
+            // Resolved as an item, blind to the wrapper's and the user's
+            // local bindings (like a verify path).
+            let mut path = path.clone();
+            if path.leading_colon.is_none() && path.segments.len() == 1 {
+                let first = &mut path.segments[0].ident;
+                first.set_span(Span::mixed_site().located_at(first.span()));
+            }
+            let call_args = paren(quote!(#root #(, &#moved)*), hi);
+            quote! {
+                let #f: #fn_ty = #path;
+                #args.needs_approval(#f #call_args);
+            }
+        }
+    }
 }

@@ -70,7 +70,24 @@ pub(crate) struct Tool {
     pub(crate) schema: Option<syn::Path>,
     /// `destructive = ...`.
     pub(crate) destructive: Option<bool>,
+    /// `approve = ...`.
+    pub(crate) approve: Approve,
+    /// `approval_wait = ...` (zero: return at once).
+    pub(crate) approval_wait: Duration,
+    /// `commit = "eventual"`.
+    pub(crate) commit_eventual: bool,
     pub(crate) shape: Shape,
+}
+
+/// `approve = ...`.
+pub(crate) enum Approve {
+    /// Not given: no call needs a person's approval.
+    Never,
+    /// `approve = "always"`.
+    Always,
+    /// `approve = path`: `fn(&Ctx, &A, ..) -> Option<String>` over the
+    /// tool's parameters after the context.
+    Path(syn::Path),
 }
 
 /// `dispatch = ...`.

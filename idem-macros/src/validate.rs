@@ -13,7 +13,9 @@ use syn::{Expr, ExprLit, Ident, ItemFn, Lit, LitStr, Member};
 
 use crate::duration;
 use crate::errors::Errors;
-pub(crate) use crate::model::{Class, Dispatch, KeyField, Parts, Retry, Tool, Verify, CLASSES};
+pub(crate) use crate::model::{
+    Approve, Class, Dispatch, KeyField, Parts, Retry, Tool, Verify, CLASSES,
+};
 use crate::parse::{Arg, Value};
 use crate::signature::check_fn;
 use crate::suggest::closest;
@@ -32,6 +34,9 @@ const ARGS: &[&str] = &[
     "dispatch",
     "schema",
     "destructive",
+    "approve",
+    "approval_wait",
+    "commit",
     "crate",
 ];
 
@@ -86,6 +91,9 @@ struct Raw {
     dispatch: Option<(Ident, Value)>,
     schema: Option<(Ident, Value)>,
     destructive: Option<(Ident, Value)>,
+    approve: Option<(Ident, Value)>,
+    approval_wait: Option<(Ident, Value)>,
+    commit: Option<(Ident, Value)>,
     krate: Option<(Ident, Value)>,
     impl_type: Option<(Ident, Value)>,
     impl_generics: Option<(Ident, Value)>,
@@ -115,6 +123,9 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
             "dispatch" => &mut raw.dispatch,
             "schema" => &mut raw.schema,
             "destructive" => &mut raw.destructive,
+            "approve" => &mut raw.approve,
+            "approval_wait" => &mut raw.approval_wait,
+            "commit" => &mut raw.commit,
             "crate" => &mut raw.krate,
             IMPL_TYPE_ARG => &mut raw.impl_type,
             IMPL_GENERICS_ARG => &mut raw.impl_generics,
@@ -373,9 +384,78 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         }
     }
 
+    let approve = match &raw.approve {
+        None => Approve::Never,
+        Some((name, value)) => approve(name, value, &mut errors),
+    };
+    let approval_wait = match &raw.approval_wait {
+        None => Duration::ZERO,
+        Some((name, _)) if raw.approve.is_none() => {
+            errors.at(
+                name.span(),
+                "`approval_wait` without `approve`: no call of this tool asks a person, so \
+                 nothing would be waited for; add approve = \"always\" (or a policy function), \
+                 or remove approval_wait",
+            );
+            Duration::ZERO
+        }
+        Some((name, value)) => wait_arg(name, value, &mut errors).unwrap_or_default(),
+    };
+    let commit_eventual = match &raw.commit {
+        None => false,
+        Some((name, value)) => match value.as_str() {
+            Some(s) if s.value() == "immediate" => false,
+            Some(s) if s.value() == "eventual" => true,
+            _ => {
+                errors.at(
+                    value.span(name),
+                    "`commit` takes \"immediate\" (the default) or \"eventual\"",
+                );
+                false
+            }
+        },
+    };
+    if let (Approve::Path(_), true) = (&approve, shape.params.iter().any(|p| !p.cfg.is_empty())) {
+        if let Some((name, _)) = &raw.approve {
+            errors.at(
+                name.span(),
+                "`approve = path` on a tool with `#[cfg]` parameters: the policy function takes \
+                 every parameter, and a configured-out one would change its signature; use \
+                 approve = \"always\", or move the condition into the function",
+            );
+        }
+    }
+
     // Rules that depend on the class; skipped when the class itself is in
     // error, so one mistake does not cascade into several.
     if let Some(class) = class {
+        if let (Some((name, _)), Class::ReadOnly) = (&raw.approve, class) {
+            errors.at(
+                name.span(),
+                "`approve` on a read_only tool: a read_only call changes nothing and is never \
+                 journaled, so there is nothing for a person to approve and no record to wait \
+                 on; remove `approve`, or choose the side-effecting class the tool really has",
+            );
+        }
+        if let (Some((name, _)), Class::ReadOnly | Class::AtMostOnce, true) =
+            (&raw.commit, class, commit_eventual)
+        {
+            errors.at(
+                name.span(),
+                format!(
+                    "`commit = \"eventual\"` on {a} tool: {why}; it applies only to class = \
+                     \"provider\" (a lost COMMIT is re-sent under the same key) or \"journal\" \
+                     (a lost COMMIT is found by verify)",
+                    a = class.with_article(),
+                    why = if class == Class::ReadOnly {
+                        "a read_only tool commits nothing"
+                    } else {
+                        "an at_most_once tool whose COMMIT were lost would be escalated to a \
+                         human instead of answered"
+                    }
+                ),
+            );
+        }
         let a_cname = class.with_article();
         match (&raw.key, class) {
             (Some((name, _)), Class::ReadOnly) => errors.at(
@@ -537,8 +617,48 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         dispatch_span: raw.dispatch.as_ref().map(|(name, _)| name.span()),
         schema,
         destructive,
+        approve,
+        approval_wait,
+        commit_eventual,
         shape,
     })
+}
+
+/// `approve = "always"` or `approve = path`.
+fn approve(name: &Ident, value: &Value, errors: &mut Errors) -> Approve {
+    match value {
+        Value::Expr(Expr::Path(p)) if p.qself.is_none() => Approve::Path(p.path.clone()),
+        _ => match value.as_str() {
+            Some(s) if s.value() == "always" => Approve::Always,
+            _ => {
+                errors.at(
+                    value.span(name),
+                    "`approve` takes \"always\" or a path to a policy function: approve = \
+                     needs_approval (a `fn(&Ctx, &A, ..) -> Option<String>` over the tool's \
+                     parameters after the context; Some(reason) asks a person)",
+                );
+                Approve::Never
+            }
+        },
+    }
+}
+
+/// A duration that may be zero (`approval_wait = "0s"`: return at once).
+fn wait_arg(name: &Ident, value: &Value, errors: &mut Errors) -> Option<Duration> {
+    let Some(lit) = value.as_str() else {
+        errors.at(
+            value.span(name),
+            format!("`{name}` takes a duration string, e.g. {name} = \"10m\" (\"0s\": at once)"),
+        );
+        return None;
+    };
+    match duration::parse(&lit.value()) {
+        Ok(d) => Some(d),
+        Err(why) => {
+            errors.on(&lit, format!("bad duration for `{name}`: {why}"));
+            None
+        }
+    }
 }
 
 /// `true` or `false`.

@@ -25,6 +25,9 @@
 //! | `GET /v1/escalations` | every parked operation, oldest first ([`Escalation`]) |
 //! | `GET /v1/ops/{key}` | one operation and its whole audit history ([`OperationView`]) |
 //! | `POST /v1/ops/{key}/resolve` | settles it through [`Runtime::resolve`](crate::Runtime::resolve) ([`ResolveRequest`] in, [`Resolved`] out) |
+//! | `GET /v1/approvals` | every call awaiting a person's approval, oldest first ([`Approval`](crate::Approval)) |
+//! | `POST /v1/ops/{key}/approve` | approves it through [`Runtime::approve`](crate::Runtime::approve) ([`DecisionRequest`] in, [`Decided`] out) |
+//! | `POST /v1/ops/{key}/reject` | refuses it through [`Runtime::reject`](crate::Runtime::reject) (same shapes; the note is what the agent reads) |
 //! | `GET /v1/audit?from=N` | the durable audit stream from `N` (or `end`) as JSON lines; `&limit=M` stops after `M`; `&follow=true` keeps streaming events as they become durable |
 //! | `POST /v1/prune` | [`Runtime::prune`](crate::Runtime::prune) ([`PruneView`]) |
 //! | `GET /v1/stats` | per-tool counts and the journal's size ([`StatsView`]) |
@@ -72,7 +75,7 @@
 //! | `idem_escalations_opened_total` | counter | `tool` | operations this worker parked for a human |
 //! | `idem_escalations_settled_total` | counter | `tool` | escalations an operator settled (or amended) through this worker |
 //! | `idem_escalations_open` | gauge | | operations parked in the journal at the scrape (the journal's count, the same from every worker: `max()` them) |
-//! | `idem_approvals_pending` | gauge | | calls waiting for a person's approval: always 0, as this version has no approvals |
+//! | `idem_approvals_pending` | gauge | | calls waiting for a person's approval in the journal at the scrape (the same from every worker) |
 //! | `idem_calls_in_flight` | gauge | | calls being made through this worker now |
 //! | `idem_call_duration_seconds` | histogram | `tool`, `class` | from the call to its return, replays included; buckets 10 µs, 50 µs, 100 µs, 500 µs, 1 ms, 2.5 ms, 5 ms, 10 ms, 25 ms, 50 ms, 100 ms, 250 ms, 500 ms, 1 s, 2.5 s, 5 s, 10 s, 30 s, 60 s |
 //! | `idem_journal_commit_seconds` | histogram | `durability` (`immediate`, `eventual`) | one write of a record with its audit events (a call's INTENT, its commit, an escalation, a step, a resolution); buckets 10 µs, 50 µs, 100 µs, 250 µs, 500 µs, 1 ms, 2.5 ms, 5 ms, 10 ms, 25 ms, 50 ms, 100 ms, 250 ms, 500 ms, 1 s |
@@ -87,8 +90,8 @@ pub use idem_admin::files::{
 };
 pub use idem_admin::proof;
 pub use idem_admin::wire::{
-    ApiError, ExampleResult, OperationView, PruneView, ResolveRequest, Resolved, RetryInfo,
-    StatsView, ToolInfo,
+    ApiError, Decided, DecisionRequest, ExampleResult, OperationView, PruneView, ResolveRequest,
+    Resolved, RetryInfo, StatsView, ToolInfo, DECISION_SURFACES,
 };
 pub use idem_admin::workers;
 pub use idem_admin::AdminOptions;
@@ -193,6 +196,20 @@ impl Operator for Served {
         Box::pin(async move { self.rt()?.resolve(key, resolution, note).await })
     }
 
+    fn approvals(&self) -> BoxFuture<'_, Result<Vec<idem_journal::views::Approval>, Error>> {
+        Box::pin(async move { self.rt()?.approvals().await })
+    }
+
+    fn decide<'a>(
+        &'a self,
+        key: &'a IdemKey,
+        approved: bool,
+        note: &'a str,
+        via: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move { self.rt()?.decide_approval(key, approved, note, via).await })
+    }
+
     fn audit_page(&self, from: u64, limit: usize) -> BoxFuture<'_, Result<Vec<AuditEvent>, Error>> {
         Box::pin(async move { self.rt()?.audit_page(from, limit).await })
     }
@@ -222,7 +239,8 @@ impl Operator for Served {
         Box::pin(async move {
             let rt = self.rt()?;
             let open = rt.escalations().await?.len() as u64;
-            Ok(rt.shared.audit.metrics.render(open))
+            let pending = rt.approvals().await?.len() as u64;
+            Ok(rt.shared.audit.metrics.render(open, pending))
         })
     }
 }

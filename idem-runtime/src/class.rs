@@ -50,6 +50,13 @@ pub struct ToolDescriptor {
     /// gets the result (`commit = "eventual"`: [`Durability::Eventual`],
     /// for provider and journal tools).
     pub commit: Durability,
+    /// `approve = ...`: `"always"`, or the policy function's path as
+    /// written; `None`: no call of the tool needs a person's approval.
+    pub approve: Option<&'static str>,
+    /// `approval_wait = ...`: how long a call that needs approval waits
+    /// for the decision before it returns `ToolError::AwaitingApproval`
+    /// (zero: at once, the deferred style).
+    pub approval_wait: Duration,
     /// Where the tool is defined.
     pub module_path: &'static str,
     /// Source file of the definition.
@@ -78,6 +85,8 @@ impl ToolDescriptor {
             verify: None,
             check_landed: None,
             commit: Durability::Immediate,
+            approve: None,
+            approval_wait: Duration::ZERO,
             module_path: "",
             file: "",
             line: 0,
@@ -142,6 +151,14 @@ impl ToolDescriptor {
     /// With this durability of the COMMITTED record.
     pub const fn with_commit(mut self, commit: Durability) -> Self {
         self.commit = commit;
+        self
+    }
+
+    /// With this approval policy (`"always"` or the policy's path) and
+    /// wait for the decision.
+    pub const fn with_approval(mut self, approve: Option<&'static str>, wait: Duration) -> Self {
+        self.approve = approve;
+        self.approval_wait = wait;
         self
     }
 

@@ -159,6 +159,7 @@ where
         } else {
             json
         },
+        approval: args.approval().map(str::to_string),
     });
     let mut driver = Driver {
         ctx,
@@ -196,6 +197,7 @@ where
 /// A tool's rules, as the machine applies them.
 fn policy_of(tool: &ToolDescriptor, verify: bool) -> Policy {
     Policy {
+        approval_wait_ms: tool.approval_wait.as_millis() as u64,
         class: tool.class,
         retry: tool.retry,
         dedupe_window: tool.dedupe_window,
@@ -434,8 +436,7 @@ where
     /// A record as the machine takes it in. A record that cannot be
     /// decoded is an error, never "absent".
     fn decoded(&self, loaded: Loaded) -> Result<Found, Error> {
-        let rec: OpRecord = record::decode(
-            Kind::Op,
+        let rec = OpRecord::decode(
             &loaded.body,
             self.shared.journal.location(),
             self.key.digest(),
@@ -657,6 +658,8 @@ where
             Outcome::InFlight => Err(ToolError::InFlight { key }),
             Outcome::ArgsMismatch => Err(ToolError::ArgsMismatch { key }),
             Outcome::Abandoned => Err(ToolError::Abandoned { key }),
+            Outcome::AwaitingApproval => Err(ToolError::AwaitingApproval { key }),
+            Outcome::NotApproved { note } => Err(ToolError::NotApproved { key, note }),
             Outcome::Journal(fault) => Err(ToolError::Journal(match fault {
                 Fault::Journal => self.fault.take().unwrap_or_else(|| {
                     Error::Usage("idem engine: a journal error went missing (a bug)".into())

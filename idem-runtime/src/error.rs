@@ -39,6 +39,23 @@ pub enum ToolError<E> {
         /// The operation's key.
         key: IdemKey,
     },
+    /// The call needs a person's approval and has none yet: nothing ran.
+    /// Call again with the same arguments later (the same key): it returns
+    /// the decision once it is made, and nobody is asked twice.
+    #[error("operation {key} awaits a person's approval; nothing ran yet: call again later with the same arguments")]
+    AwaitingApproval {
+        /// The operation's key (what `Runtime::approve` takes).
+        key: IdemKey,
+    },
+    /// A person refused the call: it never runs, and every call of its key
+    /// returns this.
+    #[error("operation {key} was not approved: {note}")]
+    NotApproved {
+        /// The operation's key.
+        key: IdemKey,
+        /// The operator's note (for the agent, and the model behind it).
+        note: String,
+    },
     /// The journal could not be read or written; the provider was not called
     /// after that was detected.
     #[error("journal error: {0}")]
@@ -60,7 +77,9 @@ impl<E> ToolError<E> {
             ToolError::Escalated { key, .. }
             | ToolError::InFlight { key }
             | ToolError::ArgsMismatch { key }
-            | ToolError::Abandoned { key } => Some(key),
+            | ToolError::Abandoned { key }
+            | ToolError::AwaitingApproval { key }
+            | ToolError::NotApproved { key, .. } => Some(key),
             ToolError::Tool(_) | ToolError::Journal(_) => None,
         }
     }

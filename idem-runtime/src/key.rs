@@ -400,6 +400,9 @@ impl KeyBuilder {
 #[derive(Debug, Clone, Default)]
 pub struct Args {
     json: serde_json::Map<String, serde_json::Value>,
+    /// Why the call needs a person's approval, if it does: not an
+    /// argument (never recorded as one, never fingerprinted).
+    approval: Option<String>,
 }
 
 /// Stand-in recorded for a redacted argument.
@@ -466,6 +469,18 @@ impl Args {
     /// The argument map.
     pub fn as_map(&self) -> &serde_json::Map<String, serde_json::Value> {
         &self.json
+    }
+
+    /// Says that this call needs a person's approval before it runs, and
+    /// why (`None`: it needs none). `#[tool(approve = ...)]` sets it from
+    /// the tool's policy.
+    pub fn needs_approval(&mut self, reason: Option<String>) {
+        self.approval = reason;
+    }
+
+    /// Why the call needs approval, if it does.
+    pub fn approval(&self) -> Option<&str> {
+        self.approval.as_deref()
     }
 }
 

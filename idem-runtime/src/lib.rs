@@ -51,7 +51,9 @@ pub use idem_journal::class::{Class, OnDrift};
 pub use idem_journal::clock::{Clock, ManualClock, SystemClock};
 pub use idem_journal::error::Error;
 pub use idem_journal::key::IdemKey;
-pub use idem_journal::views::{Escalation, Operation, PruneReport, Resolution, ResolutionView};
+pub use idem_journal::views::{
+    Approval, ApprovalView, Escalation, Operation, PruneReport, Resolution, ResolutionView,
+};
 pub use journal::{Journal, Owner};
 #[cfg(feature = "postgres")]
 pub use journal::{PostgresJournal, PostgresOptions};

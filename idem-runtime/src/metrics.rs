@@ -78,6 +78,8 @@ pub(crate) enum Outcome {
     InFlight,
     ArgsMismatch,
     Abandoned,
+    AwaitingApproval,
+    NotApproved,
     TimedOut,
     Rejected,
     Failed,
@@ -87,13 +89,15 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
-    pub(crate) const ALL: [Outcome; 11] = [
+    pub(crate) const ALL: [Outcome; 13] = [
         Outcome::Ok,
         Outcome::ToolError,
         Outcome::Escalated,
         Outcome::InFlight,
         Outcome::ArgsMismatch,
         Outcome::Abandoned,
+        Outcome::AwaitingApproval,
+        Outcome::NotApproved,
         Outcome::TimedOut,
         Outcome::Rejected,
         Outcome::Failed,
@@ -109,6 +113,8 @@ impl Outcome {
             Outcome::InFlight => "in_flight",
             Outcome::ArgsMismatch => "args_mismatch",
             Outcome::Abandoned => "abandoned",
+            Outcome::AwaitingApproval => "awaiting_approval",
+            Outcome::NotApproved => "not_approved",
             Outcome::TimedOut => "timed_out",
             Outcome::Rejected => "rejected",
             Outcome::Failed => "failed",
@@ -125,6 +131,8 @@ impl Outcome {
             Err(ToolError::InFlight { .. }) => Outcome::InFlight,
             Err(ToolError::ArgsMismatch { .. }) => Outcome::ArgsMismatch,
             Err(ToolError::Abandoned { .. }) => Outcome::Abandoned,
+            Err(ToolError::AwaitingApproval { .. }) => Outcome::AwaitingApproval,
+            Err(ToolError::NotApproved { .. }) => Outcome::NotApproved,
             Err(ToolError::Journal(Error::TimedOut { .. })) => Outcome::TimedOut,
             Err(ToolError::Journal(Error::Rejected { .. })) => Outcome::Rejected,
             Err(ToolError::Journal(Error::Failed { .. })) => Outcome::Failed,
@@ -389,7 +397,7 @@ impl Metrics {
     /// The Prometheus text exposition (format 0.0.4) of these metrics, with
     /// the journal's open escalations.
     #[cfg_attr(not(feature = "admin"), allow(dead_code))]
-    pub(crate) fn render(&self, escalations_open: u64) -> String {
+    pub(crate) fn render(&self, escalations_open: u64, approvals_pending: u64) -> String {
         let mut tools = self.tools();
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         let mut out = String::with_capacity(1024 + 2048 * tools.len());
@@ -490,9 +498,9 @@ impl Metrics {
             &mut out,
             "idem_approvals_pending",
             "gauge",
-            "Calls waiting for an approval (always 0: this version has no approvals).",
+            "Calls waiting for a person's approval in the journal now (every worker of a journal reports the same).",
         );
-        let _ = writeln!(out, "idem_approvals_pending 0");
+        let _ = writeln!(out, "idem_approvals_pending {approvals_pending}");
         header(
             &mut out,
             "idem_calls_in_flight",
@@ -681,7 +689,7 @@ mod tests {
         );
         m.event("mailer", &EventKind::Attempt { attempt: 1 });
         m.event("mailer", &EventKind::StepRecorded);
-        let text = m.render(3);
+        let text = m.render(3, 0);
         let escaped = r#"tool="evil\"} 1\nidem_fake{x=\"\\""#;
         assert!(
             text.contains(&format!("idem_dedupe_hits_total{{{escaped}}} 2\n")),

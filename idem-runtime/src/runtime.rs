@@ -21,7 +21,8 @@ use idem_journal::error::Error;
 use idem_journal::key::IdemKey;
 use idem_journal::record::{self, Blob, Kind, OpRecord, State, StepRecord};
 use idem_journal::views::{
-    escalation_of, operation_of, Escalation, Operation, PruneReport, Resolution,
+    approval_of, escalation_of, operation_of, Approval, Escalation, Operation, PruneReport,
+    Resolution,
 };
 
 /// The longest note an operator's resolution may carry (bytes of UTF-8):
@@ -121,8 +122,7 @@ impl Runtime {
         let Some(loaded) = journal.load(Space::Ops, key.digest()).await? else {
             return Ok(None);
         };
-        let rec: OpRecord =
-            record::decode(Kind::Op, &loaded.body, journal.location(), key.digest())?;
+        let rec = OpRecord::decode(&loaded.body, journal.location(), key.digest())?;
         Ok(Some((loaded, rec)))
     }
 
@@ -131,8 +131,7 @@ impl Runtime {
         let journal = &*self.shared.journal;
         let mut out = Vec::new();
         for (digest, loaded) in journal.escalated().await? {
-            let rec: OpRecord =
-                record::decode(Kind::Op, &loaded.body, journal.location(), &digest)?;
+            let rec = OpRecord::decode(&loaded.body, journal.location(), &digest)?;
             if rec.state != State::Escalated {
                 continue;
             }
@@ -140,6 +139,115 @@ impl Runtime {
         }
         out.sort_by_key(|e| e.escalated_ms);
         Ok(out)
+    }
+
+    /// Every call awaiting a person's approval, oldest request first.
+    pub async fn approvals(&self) -> Result<Vec<Approval>, Error> {
+        let journal = &*self.shared.journal;
+        let mut out = Vec::new();
+        for (digest, loaded) in journal.escalated().await? {
+            let rec = OpRecord::decode(&loaded.body, journal.location(), &digest)?;
+            out.extend(approval_of(&digest, &rec));
+        }
+        out.sort_by_key(|a| a.requested_ms);
+        Ok(out)
+    }
+
+    /// Approves a call awaiting approval: the next call of its key (or the
+    /// one waiting for the decision) runs it, once, with the arguments
+    /// that were approved. Durable when this returns. A key that does not
+    /// await approval (never asked, or decided already: a decision is
+    /// final) is [`Error::NotAwaitingApproval`].
+    pub async fn approve(&self, key: &IdemKey, note: &str) -> Result<(), Error> {
+        self.decide_approval(key, true, note, "runtime").await
+    }
+
+    /// Refuses a call awaiting approval: it never runs, and every call of
+    /// its key returns `ToolError::NotApproved` with `note` (the agent and
+    /// its model read it). Durable when this returns; errors as
+    /// [`Runtime::approve`].
+    pub async fn reject(&self, key: &IdemKey, note: &str) -> Result<(), Error> {
+        self.decide_approval(key, false, note, "runtime").await
+    }
+
+    /// [`Runtime::approve`] or [`Runtime::reject`], recording the surface
+    /// the decision came through (`api`, `cli`, `inbox`).
+    #[doc(hidden)]
+    pub async fn decide_approval(
+        &self,
+        key: &IdemKey,
+        approved: bool,
+        note: &str,
+        via: &str,
+    ) -> Result<(), Error> {
+        if note.len() > MAX_NOTE_BYTES {
+            return Err(Error::TooLarge {
+                what: "the operator's note",
+                size: note.len() as u64,
+                limit: MAX_NOTE_BYTES as u64,
+            });
+        }
+        let (loaded, rec) = self
+            .load_op(key)
+            .await?
+            .ok_or_else(|| Error::UnknownKey { key: key.clone() })?;
+        let current_key = key.with_generation(rec.generation);
+        let now = self.shared.clock.now_ms();
+        let (rec, events) = resolve::decide(rec, approved, note, via, now).map_err(|state| {
+            Error::NotAwaitingApproval {
+                key: current_key.clone(),
+                state: state.to_string(),
+            }
+        })?;
+        self.operator_write(key, &current_key, &loaded, &rec, events, now)
+            .await
+    }
+
+    /// Writes an operator's change of a record (a resolution, a decision
+    /// on an approval) with its events, durably, if the record is still
+    /// the one read.
+    async fn operator_write(
+        &self,
+        key: &IdemKey,
+        current_key: &IdemKey,
+        loaded: &Loaded,
+        rec: &OpRecord,
+        events: Vec<stored::EventKind>,
+        now: u64,
+    ) -> Result<(), Error> {
+        let body = record::encode(Kind::Op, rec)?;
+        let drafts = events
+            .into_iter()
+            .map(|kind| Draft {
+                at_ms: now,
+                tool: &rec.tool,
+                key: Some(current_key),
+                root_run: &rec.root_run,
+                agent: "operator",
+                worker: &self.shared.owner,
+                kind,
+            })
+            .collect();
+        let written = unit::write(
+            &self.shared,
+            Unit {
+                space: Space::Ops,
+                key: key.digest(),
+                expect: Expect::Version(loaded.version),
+                body: &body,
+                claim: ClaimChange::Release,
+                escalated: rec.state.needs_a_person(),
+                durability: Durability::Immediate,
+                unread: false,
+            },
+            drafts,
+            true,
+        )
+        .await?;
+        match written {
+            Wrote::Done { .. } => Ok(()),
+            Wrote::Conflict(_) => Err(Error::Conflict { key: key.clone() }),
+        }
     }
 
     /// One operation as the journal has it, with its result if committed.
@@ -215,39 +323,8 @@ impl Runtime {
         };
         let now = self.shared.clock.now_ms();
         let (rec, events) = resolve::apply(rec, previous, decision, note, now);
-        let body = record::encode(Kind::Op, &rec)?;
-        let drafts = events
-            .into_iter()
-            .map(|kind| Draft {
-                at_ms: now,
-                tool: &rec.tool,
-                key: Some(&current_key),
-                root_run: &rec.root_run,
-                agent: "operator",
-                worker: &self.shared.owner,
-                kind,
-            })
-            .collect();
-        let written = unit::write(
-            &self.shared,
-            Unit {
-                space: Space::Ops,
-                key: key.digest(),
-                expect: Expect::Version(loaded.version),
-                body: &body,
-                claim: ClaimChange::Release,
-                escalated: false,
-                durability: Durability::Immediate,
-                unread: false,
-            },
-            drafts,
-            true,
-        )
-        .await?;
-        match written {
-            Wrote::Done { .. } => Ok(()),
-            Wrote::Conflict(_) => Err(Error::Conflict { key: key.clone() }),
-        }
+        self.operator_write(key, &current_key, &loaded, &rec, events, now)
+            .await
     }
 
     /// The retention in effect: the configured one, raised to the longest
@@ -283,12 +360,7 @@ impl Runtime {
                     let doomed = match space {
                         Space::Ops => {
                             report.ops_scanned += 1;
-                            match record::decode::<OpRecord>(
-                                Kind::Op,
-                                &loaded.body,
-                                journal.location(),
-                                &key,
-                            ) {
+                            match OpRecord::decode(&loaded.body, journal.location(), &key) {
                                 Ok(rec) if !rec.state.is_finished() => {
                                     report.ops_kept_open += 1;
                                     false

@@ -97,6 +97,25 @@ pub enum DispatchError {
         /// The operation's key.
         key: String,
     },
+    /// [`ToolError::AwaitingApproval`]: the call waits for a person's
+    /// approval; nothing ran.
+    #[error("`{tool}`: operation {key} awaits a person's approval; nothing ran yet")]
+    AwaitingApproval {
+        /// The tool.
+        tool: String,
+        /// The operation's key.
+        key: String,
+    },
+    /// [`ToolError::NotApproved`]: a person refused the call.
+    #[error("`{tool}`: operation {key} was not approved: {note}")]
+    NotApproved {
+        /// The tool.
+        tool: String,
+        /// The operation's key.
+        key: String,
+        /// The operator's note.
+        note: String,
+    },
     /// [`ToolError::Journal`]: the journal failed; the provider was not
     /// called after that was detected.
     #[error("`{tool}`: journal error: {error}")]
@@ -148,7 +167,8 @@ fn list(names: &[String]) -> String {
 impl DispatchError {
     /// A stable label: `unknown_tool`, `invalid_arguments`, `unavailable`,
     /// `tool_error`, `escalated`, `in_flight`, `args_mismatch`,
-    /// `abandoned`, `journal`, `result`, `name_collision`.
+    /// `abandoned`, `awaiting_approval`, `not_approved`, `journal`,
+    /// `result`, `name_collision`.
     pub fn kind(&self) -> &'static str {
         match self {
             DispatchError::UnknownTool { .. } => "unknown_tool",
@@ -159,6 +179,8 @@ impl DispatchError {
             DispatchError::InFlight { .. } => "in_flight",
             DispatchError::ArgsMismatch { .. } => "args_mismatch",
             DispatchError::Abandoned { .. } => "abandoned",
+            DispatchError::AwaitingApproval { .. } => "awaiting_approval",
+            DispatchError::NotApproved { .. } => "not_approved",
             DispatchError::Journal { .. } => "journal",
             DispatchError::Result { .. } => "result",
             DispatchError::NameCollision { .. } => "name_collision",
@@ -206,6 +228,16 @@ impl DispatchError {
                 "An operator abandoned this operation; it will not run under this run and scope. \
                  Start a new scope for a fresh attempt, if one is wanted."
             }
+            DispatchError::AwaitingApproval { .. } => {
+                "A person must approve this call before it runs; nothing ran. End your turn or \
+                 do other work, then call this tool again with exactly the same arguments: it \
+                 returns the decision once made (and runs the call if approved). Do not change \
+                 the arguments: that would be a new request."
+            }
+            DispatchError::NotApproved { .. } => {
+                "A person refused this call; it did not run and will not run. Read the note, \
+                 and do not call it again with the same arguments."
+            }
             DispatchError::Journal { .. } => {
                 "The provider was not called. Retry later, or ask an operator to check the \
                  journal."
@@ -222,11 +254,14 @@ impl DispatchError {
     }
 
     /// Whether calling again with the same arguments is what the advice
-    /// says (`tool_error` that did not land, `in_flight`, `journal`).
+    /// says (`tool_error` that did not land, `in_flight`, `journal`,
+    /// `awaiting_approval`).
     pub fn retryable(&self) -> bool {
         match self {
             DispatchError::Tool { failure, .. } => !matches!(failure, Failure::Semantic),
-            DispatchError::InFlight { .. } | DispatchError::Journal { .. } => true,
+            DispatchError::InFlight { .. }
+            | DispatchError::Journal { .. }
+            | DispatchError::AwaitingApproval { .. } => true,
             _ => false,
         }
     }
@@ -242,6 +277,8 @@ impl DispatchError {
             | DispatchError::InFlight { tool, .. }
             | DispatchError::ArgsMismatch { tool, .. }
             | DispatchError::Abandoned { tool, .. }
+            | DispatchError::AwaitingApproval { tool, .. }
+            | DispatchError::NotApproved { tool, .. }
             | DispatchError::Journal { tool, .. }
             | DispatchError::Result { tool, .. } => Some(tool),
         }
@@ -253,7 +290,9 @@ impl DispatchError {
             DispatchError::Escalated { key, .. }
             | DispatchError::InFlight { key, .. }
             | DispatchError::ArgsMismatch { key, .. }
-            | DispatchError::Abandoned { key, .. } => Some(key),
+            | DispatchError::Abandoned { key, .. }
+            | DispatchError::AwaitingApproval { key, .. }
+            | DispatchError::NotApproved { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -283,6 +322,9 @@ impl DispatchError {
             }
             DispatchError::Tool { failure, .. } => {
                 obj.insert("failure".into(), failure.label().into());
+            }
+            DispatchError::NotApproved { note, .. } => {
+                obj.insert("note".into(), note.as_str().into());
             }
             DispatchError::UnknownTool { known, .. } => {
                 obj.insert("tools".into(), known.clone().into());
@@ -333,6 +375,15 @@ impl DispatchError {
             ToolError::Abandoned { key } => DispatchError::Abandoned {
                 tool,
                 key: key.to_string(),
+            },
+            ToolError::AwaitingApproval { key } => DispatchError::AwaitingApproval {
+                tool,
+                key: key.to_string(),
+            },
+            ToolError::NotApproved { key, note } => DispatchError::NotApproved {
+                tool,
+                key: key.to_string(),
+                note,
             },
             ToolError::Journal(error) => DispatchError::Journal { tool, error },
         }

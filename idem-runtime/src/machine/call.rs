@@ -16,6 +16,16 @@
 //! | `Reissue` | run with a fresh budget, same key | same | same |
 //! | `Escalated` | `Escalated`, no call | same | same |
 //! | `Abandoned` | `Abandoned`, no call | same | same |
+//! | `AwaitingApproval` | wait up to `approval_wait`, then `AwaitingApproval`; other arguments: `on_drift` | same | same |
+//! | `Approved` | run it, once; other arguments than approved: `ArgsMismatch` | same | same |
+//! | `NotApproved` | `NotApproved` with the operator's note, no call | same | same |
+//!
+//! A tool with an approval policy asks for approval where a new decision
+//! starts (no record, a new generation after a refusal, a fresh budget
+//! after a failure or a reissue) unless the record holds an approval of
+//! this generation and these arguments: the request (`AwaitingApproval`,
+//! with the reason) is durable before the caller hears of it, and no
+//! INTENT is written until an operator approved it.
 //!
 //! and inside a run, after each failed attempt:
 //!
@@ -47,7 +57,7 @@ use idem_journal::audit::EventKind;
 use idem_journal::class::{Class, OnDrift};
 use idem_journal::journal::{Claim, Durability};
 use idem_journal::key::hex;
-use idem_journal::record::{Blob, EscalationInfo, OpRecord, State, Via};
+use idem_journal::record::{ApprovalInfo, Blob, EscalationInfo, OpRecord, State, Via};
 
 use super::policy::{Policy, Setup, MAX_ARGS_BYTES, MAX_RECORD_PAYLOAD};
 use crate::failure::Failure;
@@ -77,6 +87,9 @@ pub struct Called {
     pub fingerprint: [u8; 32],
     /// The non-redacted arguments as canonical JSON.
     pub args: String,
+    /// Why this call needs a person's approval before it runs (the tool's
+    /// approval policy answered so); `None`: it needs none.
+    pub approval: Option<String>,
 }
 
 /// An operation record as the journal returned it, decoded.
@@ -311,6 +324,13 @@ pub enum Outcome {
     ArgsMismatch,
     /// An operator abandoned it.
     Abandoned,
+    /// It awaits a person's approval; nothing ran.
+    AwaitingApproval,
+    /// A person refused it.
+    NotApproved {
+        /// The operator's note.
+        note: String,
+    },
     /// A journal error.
     Journal(Fault),
 }
@@ -443,6 +463,8 @@ enum AfterWrite {
     Failed { text: String },
     /// Escalated: return it.
     Escalated { reason: String },
+    /// The request for approval is durable.
+    ApprovalRequested,
     /// Committed: return the value.
     Committed {
         from: ValueFrom,
@@ -477,6 +499,9 @@ enum AfterEmit {
 enum Drifted {
     Committed,
     Unfinished,
+    /// Awaiting approval: wait for it like a call with the recorded
+    /// arguments.
+    Pending,
 }
 
 /// What `verify` was asked for.
@@ -518,14 +543,23 @@ enum Phase {
     Leading,
     AwaitingLeader,
     AwaitingChange,
+    /// Waiting for an operator's decision on the approval.
+    AwaitingApproval,
     Reading,
-    Writing { then: AfterWrite, release: bool },
+    Writing {
+        then: AfterWrite,
+        release: bool,
+    },
     Reverting,
     Emitting(AfterEmit),
     Fencing,
-    Attempting { n: u32 },
+    Attempting {
+        n: u32,
+    },
     Verifying(Why),
-    Decoding { remember: bool },
+    Decoding {
+        remember: bool,
+    },
     Sleeping(AfterSleep),
     Returned,
 }
@@ -547,6 +581,8 @@ pub struct Call {
     found: Option<Found>,
     /// When waiting for another call of the key gives up (ms).
     deadline: u64,
+    /// When this call stops waiting for an approval (ms), once it waits.
+    approval_until: Option<u64>,
     op: Op,
     last: Last,
 }
@@ -563,6 +599,7 @@ impl Call {
             pass_unread: false,
             found: None,
             deadline: 0,
+            approval_until: None,
             op,
             last: Last::default(),
         }
@@ -649,6 +686,13 @@ impl Call {
                 self.refuse_in_flight()
             }
             (Phase::AwaitingChange, Input::Changed) => self.lead(),
+            (Phase::AwaitingApproval, Input::Changed) => {
+                // The wait for an approval may have outlasted the wait for
+                // a concurrent call: a fresh one for what follows.
+                self.deadline = env.now.saturating_add(setup.in_flight_wait_ms);
+                self.lead()
+            }
+            (Phase::AwaitingApproval, Input::TimedOut) => Action::ret(Outcome::AwaitingApproval),
             (Phase::Reading, Input::Found(found)) => match found {
                 None => self.drive(policy, setup, env),
                 Some(found) => match self.take_in(found) {
@@ -819,7 +863,7 @@ impl Call {
     /// The decision table for a call that found this record.
     fn drive(&mut self, policy: &Policy, setup: &Setup, env: Env) -> Action {
         let Some(version) = self.op.version else {
-            return self.run(policy, setup, env);
+            return self.begin(policy, setup, env);
         };
         match self.op.rec.state.clone() {
             State::Committed { .. } => self.check_drift(policy, Drifted::Committed, env),
@@ -870,12 +914,36 @@ impl Call {
                 // a key the provider has not cached a refusal for.
                 let generation = self.op.rec.generation + 1;
                 self.restart(generation);
-                self.run(policy, setup, env)
+                self.begin(policy, setup, env)
             }
             State::Failed { .. } | State::Reissue => {
                 self.restart(self.op.rec.generation);
+                self.begin(policy, setup, env)
+            }
+            State::AwaitingApproval => self.check_drift(policy, Drifted::Pending, env),
+            State::Approved => {
+                let approved =
+                    self.op.rec.approval.as_ref().is_some_and(|a| {
+                        a.approves(self.op.rec.generation, &self.called.fingerprint)
+                    });
+                if !approved {
+                    // What runs is what the person approved, never other
+                    // arguments under its key.
+                    return self.emit(
+                        EventKind::ArgsDrift {
+                            policy: OnDrift::Reject,
+                        },
+                        AfterEmit::Refused(Outcome::ArgsMismatch),
+                    );
+                }
                 self.run(policy, setup, env)
             }
+            State::NotApproved { note } => self.emit(
+                EventKind::Refused {
+                    reason: "not approved".into(),
+                },
+                AfterEmit::Refused(Outcome::NotApproved { note }),
+            ),
             State::Intent | State::Waiting => {
                 if self.driven_elsewhere(setup) {
                     self.phase = Phase::AwaitingChange;
@@ -896,7 +964,7 @@ impl Call {
     /// hold count as all changed).
     fn check_drift(&mut self, policy: &Policy, then: Drifted, env: Env) -> Action {
         if self.op.rec.fingerprint == self.called.fingerprint {
-            return self.drifted(then, env);
+            return self.drifted(then, policy, env);
         }
         let applied = match policy.on_drift {
             OnDrift::Replay if !policy.drift_reject.is_empty() => {
@@ -918,8 +986,9 @@ impl Call {
         )
     }
 
-    fn drifted(&mut self, then: Drifted, env: Env) -> Action {
+    fn drifted(&mut self, then: Drifted, policy: &Policy, env: Env) -> Action {
         match then {
+            Drifted::Pending => self.await_approval(policy, env),
             Drifted::Committed => {
                 let State::Committed { result, via } = &self.op.rec.state else {
                     unreachable!("only a committed record replays")
@@ -984,6 +1053,56 @@ impl Call {
         rec.last_error = None;
         rec.verify_answer = None;
         rec.escalation = None;
+    }
+
+    /// Where a new decision starts: a person's approval first, if this
+    /// call needs one and the record holds none for this generation and
+    /// these arguments; then the run.
+    fn begin(&mut self, policy: &Policy, setup: &Setup, env: Env) -> Action {
+        let Some(reason) = &self.called.approval else {
+            return self.run(policy, setup, env);
+        };
+        let rec = &self.op.rec;
+        if rec
+            .approval
+            .as_ref()
+            .is_some_and(|a| a.approves(rec.generation, &self.called.fingerprint))
+        {
+            return self.run(policy, setup, env);
+        }
+        let reason = reason.clone();
+        let rec = &mut self.op.rec;
+        rec.state = State::AwaitingApproval;
+        rec.approval = Some(ApprovalInfo {
+            reason: reason.clone(),
+            requested_ms: env.now,
+            generation: rec.generation,
+            fingerprint: self.called.fingerprint,
+            decision: None,
+        });
+        // Durable before the caller hears of it: a crash after this must
+        // find the request, never ask again and never run without it.
+        self.put(
+            vec![EventKind::ApprovalRequested { reason }],
+            Durability::Immediate,
+            true,
+            AfterWrite::ApprovalRequested,
+            env.now,
+        )
+    }
+
+    /// Waits for the operator's decision on the approval the record asks
+    /// for, until this call's bound (`approval_wait`, counted from the
+    /// first wait of this call), then says it awaits approval.
+    fn await_approval(&mut self, policy: &Policy, env: Env) -> Action {
+        let until = *self
+            .approval_until
+            .get_or_insert(env.now.saturating_add(policy.approval_wait_ms));
+        let Some(version) = self.op.version.filter(|_| until > env.now) else {
+            return Action::ret(Outcome::AwaitingApproval);
+        };
+        self.phase = Phase::AwaitingApproval;
+        Action::AwaitChange { version, until }
     }
 
     /// The top of the run loop: the budget, then the next attempt's INTENT.
@@ -1051,7 +1170,7 @@ impl Call {
             durability,
             expect: self.op.version,
             claim,
-            escalated: self.op.rec.state == State::Escalated,
+            escalated: self.op.rec.state.needs_a_person(),
             unread,
         };
         self.phase = Phase::Writing { then, release };
@@ -1155,6 +1274,7 @@ impl Call {
                 }
             }
             AfterWrite::Escalated { reason } => Action::ret(Outcome::Escalated { reason }),
+            AfterWrite::ApprovalRequested => self.await_approval(policy, env),
             AfterWrite::Committed { from, via, .. } => Action::Return {
                 outcome: Outcome::Value(from),
                 remember: via != Via::Operator,
@@ -1216,7 +1336,7 @@ impl Call {
             AfterEmit::Cached => Action::ret(Outcome::Value(ValueFrom::Cache)),
             AfterEmit::InFlight => Action::ret(Outcome::InFlight),
             AfterEmit::Drift(then, applied) => match applied {
-                OnDrift::Replay => self.drifted(then, env),
+                OnDrift::Replay => self.drifted(then, policy, env),
                 OnDrift::Reject => Action::ret(Outcome::ArgsMismatch),
             },
             AfterEmit::Recorded { remember } => Action::Return {
@@ -1648,6 +1768,7 @@ impl Op {
                 verify_answer: None,
                 escalation: None,
                 resolution: None,
+                approval: None,
             },
             version: None,
             claim: None,

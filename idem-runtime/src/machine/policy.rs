@@ -29,6 +29,9 @@ pub struct Policy {
     /// How durable the COMMITTED record is when the caller gets the result
     /// (`commit = "eventual"`: [`Durability::Eventual`]).
     pub commit: Durability,
+    /// How long a call that needs approval waits for the decision before
+    /// it returns `AwaitingApproval`, in ms (`approval_wait`; 0: at once).
+    pub approval_wait_ms: u64,
 }
 
 /// What the machine is told about the journal and the runtime.

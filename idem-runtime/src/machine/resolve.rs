@@ -1,9 +1,10 @@
 //! An operator's resolution of an operation: which records it may settle
 //! (an escalation, or amending what an operator decided before), and what
-//! the record and its events become.
+//! the record and its events become; and an operator's decision on a call
+//! awaiting approval ([`decide`]).
 
 use idem_journal::audit::EventKind;
-use idem_journal::record::{Blob, OpRecord, ResolutionInfo, State, Via};
+use idem_journal::record::{ApprovalDecision, Blob, OpRecord, ResolutionInfo, State, Via};
 
 /// An operator's decision, with a `Landed` result already checked against
 /// the tool's type and encoded.
@@ -98,4 +99,39 @@ pub fn apply(
         });
     }
     (rec, events)
+}
+
+/// What an operator's decision on an approval makes of the record: `Err`
+/// with the record's state when it does not await one (a decision is
+/// final: nobody is asked twice, and nobody changes an answer a call may
+/// already have acted on).
+pub fn decide(
+    mut rec: OpRecord,
+    approved: bool,
+    note: &str,
+    via: &str,
+    now: u64,
+) -> Result<(OpRecord, Vec<EventKind>), &'static str> {
+    if rec.state != State::AwaitingApproval {
+        return Err(rec.state.name());
+    }
+    let Some(approval) = rec.approval.as_mut() else {
+        return Err(rec.state.name());
+    };
+    approval.decision = Some(ApprovalDecision {
+        approved,
+        note: note.to_string(),
+        at_ms: now,
+        via: via.to_string(),
+    });
+    rec.updated_ms = now;
+    let (note, via) = (note.to_string(), via.to_string());
+    let event = if approved {
+        rec.state = State::Approved;
+        EventKind::Approved { note, via }
+    } else {
+        rec.state = State::NotApproved { note: note.clone() };
+        EventKind::NotApproved { note, via }
+    };
+    Ok((rec, vec![event]))
 }

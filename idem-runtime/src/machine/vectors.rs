@@ -39,6 +39,7 @@ fn policy(class: Class, max_attempts: u32, verify: bool) -> Policy {
         drift_reject: &[],
         verify,
         commit: Durability::Immediate,
+        approval_wait_ms: 0,
     }
 }
 
@@ -68,6 +69,7 @@ fn called(class: Class) -> Called {
         scope: vec![],
         fingerprint: [7; 32],
         args: "{\"to\":\"a\"}".into(),
+        approval: None,
     }
 }
 
@@ -163,6 +165,10 @@ struct Faults {
     write: Option<(usize, Input)>,
     /// Every event append fails.
     appends_fail: bool,
+    /// The call needs a person's approval, for this reason.
+    approval: Option<&'static str>,
+    /// The call's arguments' fingerprint, when not the recorded one.
+    fingerprint: Option<[u8; 32]>,
 }
 
 /// [`drive`], with `faults`.
@@ -182,7 +188,11 @@ fn drive_with(
         version: 1,
         claim,
     });
-    let mut call = Call::new(called(policy.class));
+    let mut call = Call::new(Called {
+        approval: faults.approval.map(str::to_string),
+        fingerprint: faults.fingerprint.unwrap_or([7; 32]),
+        ..called(policy.class)
+    });
     let mut now = NOW;
     let mut actions = Vec::new();
     let mut input = faults.start.take().unwrap_or(Input::Start {
@@ -1080,4 +1090,238 @@ fn a_listed_field_refuses_to_recover_an_unfinished_operation_it_changed() {
     let run = drive(&p, Some((rec, dead())), vec![ok()], vec![]);
     assert_eq!(run.attempts(), vec![(2, 0)]);
     assert_eq!(run.outcome, Outcome::Value(ValueFrom::Attempt));
+}
+
+// Approval before the call (`approve = ...`).
+
+/// A record left awaiting (or decided on) an approval of generation 0 with
+/// the call's arguments.
+fn asked(class: Class, state: State, approved: Option<bool>) -> OpRecord {
+    let mut rec = left(class, state, 0, false);
+    rec.approval = Some(idem_journal::record::ApprovalInfo {
+        reason: "always".into(),
+        requested_ms: NOW - 1_000,
+        generation: 0,
+        fingerprint: [7; 32],
+        decision: approved.map(|approved| idem_journal::record::ApprovalDecision {
+            approved,
+            note: "checked".into(),
+            at_ms: NOW - 500,
+            via: "cli".into(),
+        }),
+    });
+    rec
+}
+
+fn gated() -> Faults {
+    Faults {
+        approval: Some("above 1000 EUR"),
+        ..Faults::default()
+    }
+}
+
+#[test]
+fn a_call_that_needs_approval_records_the_request_durably_and_runs_nothing() {
+    for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
+        let run = drive_with(&policy(class, 3, false), None, vec![], vec![], gated());
+        assert_eq!(run.outcome, Outcome::AwaitingApproval, "{class}");
+        assert!(run.attempts().is_empty(), "{class}");
+        let writes: Vec<_> = run
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Write(op) => Some(op),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(writes.len(), 1, "{class}");
+        let op = writes[0];
+        assert_eq!(op.rec.state, State::AwaitingApproval, "{class}");
+        assert_eq!(op.durability, Durability::Immediate, "{class}");
+        // Listed for people, and claimed by nobody.
+        assert!(op.escalated, "{class}");
+        assert_eq!(op.claim, ClaimOp::Release, "{class}");
+        let approval = op.rec.approval.as_ref().expect("the request");
+        assert_eq!(approval.reason, "above 1000 EUR");
+        assert_eq!(approval.generation, 0);
+        assert_eq!(approval.decision, None);
+        assert_eq!(
+            op.events,
+            vec![idem_journal::audit::EventKind::ApprovalRequested {
+                reason: "above 1000 EUR".into()
+            }]
+        );
+    }
+}
+
+#[test]
+fn a_call_that_needs_none_never_asks() {
+    let run = drive(&policy(Class::Provider, 3, false), None, vec![ok()], vec![]);
+    assert_eq!(run.outcome, Outcome::Value(ValueFrom::Attempt));
+    assert!(run.stored.unwrap().approval.is_none());
+}
+
+#[test]
+fn approval_wait_waits_for_the_record_to_change_then_says_it_awaits() {
+    let mut p = policy(Class::Provider, 3, false);
+    p.approval_wait_ms = 600_000;
+    let run = drive_with(&p, None, vec![], vec![], gated());
+    assert_eq!(run.outcome, Outcome::AwaitingApproval);
+    let waits: Vec<_> = run
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::AwaitChange { until, .. } => Some(*until),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(waits, vec![NOW + 600_000]);
+}
+
+#[test]
+fn a_pending_approval_is_awaited_never_asked_again() {
+    for approval in [Some("above 1000 EUR"), None] {
+        let found = asked(Class::Provider, State::AwaitingApproval, None);
+        let run = drive_with(
+            &policy(Class::Provider, 3, false),
+            Some((found, None)),
+            vec![],
+            vec![],
+            Faults {
+                approval,
+                ..Faults::default()
+            },
+        );
+        assert_eq!(run.outcome, Outcome::AwaitingApproval, "{approval:?}");
+        assert!(!run.actions.iter().any(|a| matches!(a, Action::Write(_))));
+    }
+}
+
+#[test]
+fn a_pending_approval_with_other_arguments_follows_on_drift() {
+    let found = asked(Class::Provider, State::AwaitingApproval, None);
+    let mut p = policy(Class::Provider, 3, false);
+    p.on_drift = OnDrift::Reject;
+    let run = drive_with(
+        &p,
+        Some((found.clone(), None)),
+        vec![],
+        vec![],
+        Faults {
+            fingerprint: Some([8; 32]),
+            ..gated()
+        },
+    );
+    assert_eq!(run.outcome, Outcome::ArgsMismatch);
+    let run = drive_with(
+        &policy(Class::Provider, 3, false),
+        Some((found, None)),
+        vec![],
+        vec![],
+        Faults {
+            fingerprint: Some([8; 32]),
+            ..gated()
+        },
+    );
+    assert_eq!(run.outcome, Outcome::AwaitingApproval);
+}
+
+#[test]
+fn an_approved_call_runs_once_and_keeps_its_approval() {
+    for class in [Class::Provider, Class::Journal, Class::AtMostOnce] {
+        let found = asked(class, State::Approved, Some(true));
+        let run = drive_with(
+            &policy(class, 3, false),
+            Some((found, None)),
+            vec![ok()],
+            vec![],
+            gated(),
+        );
+        assert_eq!(run.outcome, Outcome::Value(ValueFrom::Attempt), "{class}");
+        assert_eq!(run.attempts(), vec![(1, 0)], "{class}");
+        intents_precede_attempts(&run);
+        let stored = run.stored.unwrap();
+        assert_eq!(stored.state.name(), "committed");
+        let decision = stored.approval.unwrap().decision.unwrap();
+        assert!(decision.approved);
+        assert_eq!(decision.via, "cli");
+    }
+}
+
+#[test]
+fn what_runs_is_what_was_approved_never_other_arguments() {
+    // Even under on_drift = "replay": nothing of the approved call has run.
+    let found = asked(Class::Provider, State::Approved, Some(true));
+    let run = drive_with(
+        &policy(Class::Provider, 3, false),
+        Some((found, None)),
+        vec![],
+        vec![],
+        Faults {
+            fingerprint: Some([8; 32]),
+            ..gated()
+        },
+    );
+    assert_eq!(run.outcome, Outcome::ArgsMismatch);
+    assert!(run.attempts().is_empty());
+}
+
+#[test]
+fn a_refused_call_returns_the_note_and_never_runs() {
+    let found = asked(
+        Class::Provider,
+        State::NotApproved {
+            note: "not this vendor".into(),
+        },
+        Some(false),
+    );
+    for fingerprint in [[7; 32], [8; 32]] {
+        let run = drive_with(
+            &policy(Class::Provider, 3, false),
+            Some((found.clone(), None)),
+            vec![],
+            vec![],
+            Faults {
+                fingerprint: Some(fingerprint),
+                ..gated()
+            },
+        );
+        assert_eq!(
+            run.outcome,
+            Outcome::NotApproved {
+                note: "not this vendor".into()
+            }
+        );
+        assert!(!run.actions.iter().any(|a| matches!(a, Action::Write(_))));
+    }
+}
+
+#[test]
+fn a_fresh_budget_runs_on_the_approval_a_new_generation_asks_again() {
+    let p = policy(Class::Provider, 3, false);
+    // Failed (its attempts spent, nothing landed): the same decision's
+    // approval stands for the fresh budget.
+    let mut failed = asked(
+        Class::Provider,
+        State::Failed {
+            error: "down".into(),
+        },
+        Some(true),
+    );
+    failed.attempts = 3;
+    let run = drive_with(&p, Some((failed, None)), vec![ok()], vec![], gated());
+    assert_eq!(run.outcome, Outcome::Value(ValueFrom::Attempt));
+    // Refused by the provider: a new generation is a new decision.
+    let rejected = asked(
+        Class::Provider,
+        State::Rejected {
+            error: "card declined".into(),
+        },
+        Some(true),
+    );
+    let run = drive_with(&p, Some((rejected, None)), vec![], vec![], gated());
+    assert_eq!(run.outcome, Outcome::AwaitingApproval);
+    let stored = run.stored.unwrap();
+    assert_eq!(stored.generation, 1);
+    assert_eq!(stored.approval.unwrap().generation, 1);
 }

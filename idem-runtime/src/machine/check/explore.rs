@@ -198,6 +198,26 @@ pub fn configs(max_attempts: u32) -> Vec<Config> {
                     crashes: 1,
                     faults: 1,
                     resolutions: 1,
+                    approval: false,
+                });
+            }
+        }
+    }
+    // Every call needs a person's approval: the operator approves or
+    // refuses (or resolves what follows), calls return at once or wait.
+    for &(class, verify, commit) in tools {
+        for wait in [0, 20] {
+            for sharing in [Sharing::Local, Sharing::Shared] {
+                let mut policy = Config::tool(class, max_attempts.min(2), verify, commit);
+                policy.approval_wait_ms = wait;
+                out.push(Config {
+                    policy,
+                    sharing,
+                    calls: 3,
+                    crashes: 1,
+                    faults: 1,
+                    resolutions: 2,
+                    approval: true,
                 });
             }
         }
@@ -212,12 +232,13 @@ pub fn configs(max_attempts: u32) -> Vec<Config> {
 pub fn lean_configs(max_attempts: u32) -> Vec<Config> {
     configs(max_attempts)
         .into_iter()
-        .filter(|c| c.policy.retry.max_attempts == max_attempts.min(2))
+        .filter(|c| !c.approval && c.policy.retry.max_attempts == max_attempts.min(2))
         .map(|c| Config {
             calls: 2,
             crashes: 0,
             faults: 0,
             resolutions: 0,
+            approval: false,
             ..c
         })
         .collect()

@@ -45,20 +45,24 @@ pub struct Config {
     pub crashes: u8,
     /// Journal faults (a failed read, write or append) that may happen.
     pub faults: u8,
-    /// Operator resolutions that may happen.
+    /// Operator resolutions that may happen (and decisions on approvals).
     pub resolutions: u8,
+    /// Every call needs a person's approval (`approve = "always"`).
+    pub approval: bool,
 }
 
 impl std::fmt::Display for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{:?} {:?}, {} attempts, verify {}, commit {:?}; {} calls, {} crashes, {} faults, {} resolutions",
+            "{:?} {:?}, {} attempts, verify {}, commit {:?}, approval {} (wait {} ms); {} calls, {} crashes, {} faults, {} resolutions",
             self.policy.class,
             self.sharing,
             self.policy.retry.max_attempts,
             self.policy.verify,
             self.policy.commit,
+            self.approval,
+            self.policy.approval_wait_ms,
             self.calls,
             self.crashes,
             self.faults,
@@ -88,6 +92,7 @@ impl Config {
             drift_reject: &[],
             verify,
             commit,
+            approval_wait_ms: 0,
         }
     }
 }
@@ -169,6 +174,10 @@ pub struct Facts {
     pub committed: Vec<Option<Blob>>,
     /// An operator resolved the generation.
     pub operated: Vec<bool>,
+    /// An operator decided the generation's approval.
+    pub decided: Vec<bool>,
+    /// An operator approved the generation.
+    pub approved: Vec<bool>,
 }
 
 impl Facts {
@@ -183,6 +192,8 @@ impl Facts {
             self.verify_stopped.resize(n, false);
             self.committed.resize(n, None);
             self.operated.resize(n, false);
+            self.decided.resize(n, false);
+            self.approved.resize(n, false);
         }
     }
 }
@@ -259,6 +270,7 @@ fn called() -> Called {
         scope: Vec::new(),
         fingerprint: [7; 32],
         args: "{}".into(),
+        approval: None,
     }
 }
 
@@ -334,6 +346,7 @@ impl World {
                 w.processes[p].alive = true;
                 let mut machine = Call::new(Called {
                     class: config.policy.class,
+                    approval: config.approval.then(|| "always".into()),
                     ..called()
                 });
                 let cached = w.processes[p].cached.clone();
@@ -440,6 +453,22 @@ impl World {
                             .expect("the operator's write is at the version it read");
                         out.push((Move::Resolved(label.into()), w));
                     }
+                }
+                for (label, approved) in [("approve", true), ("reject", false)] {
+                    let Ok((rec, _events)) =
+                        resolve::decide(s.rec.clone(), approved, "note", "runtime", self.now)
+                    else {
+                        continue;
+                    };
+                    let mut w = self.clone();
+                    w.resolutions_left -= 1;
+                    let g = rec.generation as usize;
+                    w.facts.grow(rec.generation);
+                    w.facts.decided[g] = true;
+                    w.facts.approved[g] = approved;
+                    w.apply_write(rec, None, true, Some(s.version))
+                        .expect("the operator's write is at the version it read");
+                    out.push((Move::Resolved(label.into()), w));
                 }
             }
         }
@@ -785,6 +814,18 @@ impl World {
                     replaced.map_or("", State::name)
                 )));
             }
+            // A request that is written (a claim of a key that exists
+            // conflicts instead) must not follow a decision.
+            if op.rec.state == State::AwaitingApproval {
+                let g = op.rec.generation as usize;
+                if self.facts.decided.get(g).copied().unwrap_or(false) {
+                    return Err(Violation(format!(
+                        "driver {} asks for approval of generation {g} again, after a person \
+                         decided it",
+                        d.id
+                    )));
+                }
+            }
             let mut w = base.clone();
             w.new_decision(&op.rec);
             let (version, epoch) = w
@@ -974,6 +1015,11 @@ impl World {
             }
         }
         let gi = g as usize;
+        if config.approval && !self.facts.approved.get(gi).copied().unwrap_or(false) {
+            return Err(Violation(format!(
+                "attempt {n} of generation {g} started without a person's approval"
+            )));
+        }
         let made = self.facts.attempts.get(gi).copied().unwrap_or(0);
         // Time is judged when the attempt was decided: its INTENT's write.
         let decided = self.durable.as_ref().map_or(self.now, |s| s.rec.updated_ms);
@@ -1105,6 +1151,16 @@ impl World {
                     return bad("a journal error without a journal fault");
                 }
             }
+            Outcome::AwaitingApproval => {
+                if !matches!(state, Some(State::AwaitingApproval)) {
+                    return bad("an approval the record does not await");
+                }
+            }
+            Outcome::NotApproved { .. } => {
+                if !matches!(state, Some(State::NotApproved { .. })) {
+                    return bad("a refusal of approval the record does not hold");
+                }
+            }
             Outcome::Journal(_) => return bad("an error the model never causes"),
             Outcome::InFlight | Outcome::ArgsMismatch => {}
         }
@@ -1123,6 +1179,8 @@ impl World {
             }
             Outcome::Escalated { .. } => matches!(state, Some(State::Escalated)),
             Outcome::Abandoned => matches!(state, Some(State::Abandoned)),
+            Outcome::AwaitingApproval => matches!(state, Some(State::AwaitingApproval)),
+            Outcome::NotApproved { .. } => matches!(state, Some(State::NotApproved { .. })),
             _ => false,
         }
     }

@@ -1,0 +1,17 @@
+use idem::{tool, Classify, Ctx, Failure};
+
+#[derive(Debug)]
+struct WireError;
+impl Classify for WireError {
+    fn classify(&self) -> Failure {
+        Failure::ambiguous()
+    }
+}
+
+#[tool(class = "at_most_once", key = "to", commit = "eventual")]
+async fn wire(ctx: &Ctx, to: String) -> Result<(), WireError> {
+    let _ = (ctx, to);
+    Ok(())
+}
+
+fn main() {}
