@@ -113,7 +113,7 @@ struct Entry {
 /// How ids are held.
 enum Mode {
     /// A session advisory lock on a connection of its own.
-    Session(tokio_postgres::Config),
+    Session(Box<tokio_postgres::Config>),
     /// A lease row, written through the journal's pool (behind a pooler).
     Leased { pool: Pool, lease: Duration },
 }
@@ -151,7 +151,7 @@ impl Identities {
         // the idle session is for.
         config.application_name(APPLICATION_NAME);
         Identities {
-            mode: Mode::Session(config),
+            mode: Mode::Session(Box::new(config)),
             location,
             holder: holder_token(),
             held: tokio::sync::Mutex::new(HashMap::new()),
@@ -195,7 +195,7 @@ impl Identities {
                     .ok_or_else(|| self.in_use(&owner.worker))?;
                 let hold = Arc::new(Mutex::new(Hold::Held(None)));
                 let task = tokio::spawn(keep(
-                    config.clone(),
+                    (**config).clone(),
                     client,
                     key,
                     hold.clone(),

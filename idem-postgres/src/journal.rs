@@ -347,14 +347,14 @@ impl PostgresJournal {
             crate::identity::Identities::new(config.clone(), location.clone())
         };
         let listen = match (pooler, &options.listen_url) {
-            (false, _) => listen::Source::Direct(config),
+            (false, _) => listen::Source::Direct(Box::new(config)),
             (true, Some(url)) => {
                 let mut direct = parse_config(url)?;
                 if direct.get_application_name().is_none() {
                     direct.application_name("idem");
                 }
                 direct.connect_timeout(options.connect_timeout);
-                listen::Source::Direct(direct)
+                listen::Source::Direct(Box::new(direct))
             }
             (true, None) => listen::Source::Poll(pool.clone()),
         };

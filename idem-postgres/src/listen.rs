@@ -71,7 +71,7 @@ fn parse(payload: &str) -> Option<(Space, Digest)> {
 /// Where notifications come from.
 pub enum Source {
     /// A connection of its own to this server, which `LISTEN`s.
-    Direct(tokio_postgres::Config),
+    Direct(Box<tokio_postgres::Config>),
     /// Nowhere (behind a pooler, without a direct connection): waiters
     /// poll; the pool measures the clock.
     Poll(deadpool_postgres::Pool),
@@ -98,7 +98,7 @@ impl Listener {
         });
         let weak = Arc::downgrade(&listener);
         let config = match source {
-            Source::Direct(config) => config,
+            Source::Direct(config) => *config,
             Source::Poll(pool) => {
                 let task = tokio::spawn(async move {
                     loop {
