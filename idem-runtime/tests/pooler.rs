@@ -169,3 +169,80 @@ async fn a_lapsed_worker_id_lease_fences_the_claims_of_its_old_holder() {
         .unwrap();
     assert!(matches!(claimed, Claimed::Done { .. }), "{claimed:?}");
 }
+
+/// Behind a pooler with `listen_url`, a waiter is woken by the NOTIFY of a
+/// write made through the pooler, heard on the direct connection: the
+/// polling interval is a minute here, so only the notification can wake it
+/// before the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_pooler_listen_url_wakes_waiters_of_other_journals() {
+    let direct = PgServer::shared().create_database().unwrap();
+    let url = PgBouncer::shared().url_of(&direct);
+    let options = PostgresOptions {
+        poll: Duration::from_secs(60),
+        ..lease(Duration::from_secs(30))
+    }
+    .pooler(true)
+    .listen_url(direct.clone());
+    let waiter = PostgresJournal::connect_with(&url, &options).await.unwrap();
+    let writer = PostgresJournal::connect_with(&url, &options).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !waiter.listening() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the journal never listened on listen_url"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let key = [9u8; 32];
+    let me = owner("pod-4", 1);
+    let write = |expect, body: &'static [u8]| Write {
+        space: Space::Ops,
+        key: &key,
+        expect,
+        body,
+        claim: ClaimChange::Keep,
+        escalated: false,
+        events: &[],
+        durability: Durability::Immediate,
+    };
+    let Claimed::Done { version, .. } = writer
+        .claim(Write {
+            claim: ClaimChange::Take(&me),
+            ..write(Expect::Absent, b"intent")
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("the key was new")
+    };
+    let waiter = Arc::new(waiter);
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.changed(Space::Ops, &key, version).await }
+    });
+    // Written only once the waiter has marked the record watched (so the
+    // write notifies, rather than the waiter seeing the new version).
+    let db = PgServer::database_of(&direct);
+    while PgServer::shared()
+        .psql(db, "SELECT count(*) FROM idem_records WHERE watched")
+        .unwrap()
+        .trim()
+        != "1"
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never watched");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let written = writer
+        .write(write(Expect::Version(version), b"committed"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        written,
+        idem_runtime::journal::Written::Done { .. }
+    ));
+    tokio::time::timeout_at(deadline, waiting)
+        .await
+        .expect("the waiter was not woken by the notification")
+        .unwrap();
+}
