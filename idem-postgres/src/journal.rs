@@ -70,9 +70,10 @@ impl PostgresOptions {
     /// transaction open; a server process that changes under one session,
     /// or is shared by both, is a pooler moving transactions between
     /// server sessions. A direct connection can never show either, so
-    /// detection never slows a direct journal down; it can miss a pooler
-    /// that happens to hand the probe's statements to the sessions they
-    /// had, so a deployment behind one says so.
+    /// detection never turns pooler mode on for one (its cost there: two
+    /// rounds of two short-lived connections at connect); it can miss a
+    /// pooler that happens to hand the probe's statements to the sessions
+    /// they had, so a deployment behind one says so.
     ///
     /// ```
     /// let options = idem_postgres::PostgresOptions::default()
@@ -999,39 +1000,30 @@ impl Journal for PostgresJournal {
 async fn detect_pooler(
     config: &deadpool_postgres::tokio_postgres::Config,
 ) -> Result<bool, deadpool_postgres::tokio_postgres::Error> {
-    async fn open(
-        config: &deadpool_postgres::tokio_postgres::Config,
-    ) -> Result<
-        (
-            deadpool_postgres::tokio_postgres::Client,
-            tokio::task::JoinHandle<()>,
-        ),
-        deadpool_postgres::tokio_postgres::Error,
-    > {
+    use deadpool_postgres::tokio_postgres::{Client, Config, Error as PgError};
+    async fn open(config: &Config) -> Result<(Client, tokio::task::JoinHandle<()>), PgError> {
         let (client, connection) = config.connect(NoTls).await?;
         let task = tokio::spawn(async move {
             let _ = connection.await;
         });
         Ok((client, task))
     }
-    async fn pid(
-        client: &deadpool_postgres::tokio_postgres::Client,
-    ) -> Result<i32, deadpool_postgres::tokio_postgres::Error> {
+    async fn pid(client: &Client) -> Result<i32, PgError> {
         Ok(client
             .query_typed_one("SELECT pg_backend_pid()", &[])
             .await?
             .get(0))
     }
     for _ in 0..2 {
-        let (first, first_task) = open(config).await?;
-        let (second, second_task) = open(config).await?;
+        let ((first, first_task), (second, second_task)) =
+            tokio::try_join!(open(config), open(config))?;
         let found = async {
             let before = pid(&first).await?;
             second.batch_execute("BEGIN").await?;
             let other = pid(&second).await?;
             let after = pid(&first).await?;
             second.batch_execute("COMMIT").await?;
-            Ok::<_, deadpool_postgres::tokio_postgres::Error>(after != before || other == before)
+            Ok::<_, PgError>(after != before || other == before)
         }
         .await;
         drop((first, second));
