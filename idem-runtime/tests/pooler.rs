@@ -52,6 +52,23 @@ async fn a_pooler_is_detected_and_a_direct_server_is_not() {
         !plain.behind_pooler(),
         "a direct connection was taken for a pooler"
     );
+    // In session pooling mode a client keeps its server session, prepared
+    // statements, locks and LISTEN included: nothing to work around.
+    let session_mode = PgBouncer::start_with(
+        PgServer::shared(),
+        &PgBouncerOptions {
+            pool_mode: "session",
+            ..PgBouncerOptions::default()
+        },
+    )
+    .unwrap();
+    let kept = PostgresJournal::connect(&session_mode.url_of(&direct))
+        .await
+        .unwrap();
+    assert!(
+        !kept.behind_pooler(),
+        "session pooling was taken for transaction pooling"
+    );
     // The option overrides detection either way.
     let forced = PostgresJournal::connect_with(&direct, &PostgresOptions::default().pooler(true))
         .await
