@@ -5,6 +5,10 @@
 //!
 //! - `multi_worker_torture_quick`: 40 kills; part of `cargo test`.
 //!   `IDEM_TORTURE_KILLS` / `IDEM_TORTURE_SEED` override.
+//! - `multi_worker_torture_quick_behind_pgbouncer`: the same with 12 kills,
+//!   the workers connecting through a pgbouncer in transaction pooling
+//!   mode (`PostgresOptions::pooler(true)`) while the server restarts
+//!   behind it.
 //! - `stale_owners_are_fenced`: every worker after the first wave is
 //!   paused (SIGSTOP) until its lease ran out twice over, then continued
 //!   (SIGCONT): the others take its calls over, and whatever it does when
@@ -60,6 +64,21 @@ fn multi_worker_torture_quick() {
         "{summary}"
     );
     assert!(summary.db_restarts > 0, "{summary}");
+    assert!(summary.recoveries > 0, "{summary}");
+}
+
+/// The quick mode with the workers behind pgbouncer in transaction
+/// pooling mode (`PostgresOptions::pooler(true)`): fewer kills, the same
+/// checks.
+#[test]
+fn multi_worker_torture_quick_behind_pgbouncer() {
+    let kills = kills_from_env(12);
+    let mut config = harness::Config::multi_worker(kills, 4);
+    config.pooler = true;
+    config.db_restart_every = 3;
+    config.max_elapsed = Duration::from_secs(240);
+    let summary = torture(config);
+    assert!(summary.kills >= kills, "{summary}");
     assert!(summary.recoveries > 0, "{summary}");
 }
 

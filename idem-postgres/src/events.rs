@@ -24,7 +24,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::journal::PostgresJournal;
-use crate::rows::pg;
+use crate::rows::{pg, run, Type};
 use idem_journal::error::Error;
 use idem_journal::journal::{Digest, Durability, EventRows, NewEvent};
 
@@ -48,9 +48,13 @@ impl PostgresJournal {
             });
         }
         let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(
-                "WITH ev AS (
+        let keys: Vec<Option<&[u8]>> = events.iter().map(|e| e.key.map(|k| &k[..])).collect();
+        let bytes: Vec<&[u8]> = events.iter().map(|e| e.bytes).collect();
+        let eventual = durability == Durability::Eventual;
+        let rows = run(
+            &client,
+            self.pooler,
+            "WITH ev AS (
                     INSERT INTO idem_events (seq, op_key, durable, bytes)
                     SELECT (pg_current_xact_id()::text::bigint << 16) + e.ord, e.k, $3::boolean, e.b
                     FROM unnest($1::bytea[], $2::bytea[]) WITH ORDINALITY AS e(k, b, ord)
@@ -58,24 +62,18 @@ impl PostgresJournal {
                  )
                  SELECT ARRAY(SELECT seq FROM ev ORDER BY seq),
                         set_config('synchronous_commit', $4::text, true)",
-            )
-            .await
-            .map_err(pg("prepare an append", &self.location))?;
-        let keys: Vec<Option<&[u8]>> = events.iter().map(|e| e.key.map(|k| &k[..])).collect();
-        let bytes: Vec<&[u8]> = events.iter().map(|e| e.bytes).collect();
-        let eventual = durability == Durability::Eventual;
-        let row = client
-            .query_one(
-                &stmt,
-                &[
-                    &keys,
-                    &bytes,
-                    &!eventual,
-                    &if eventual { "off" } else { "on" },
-                ],
-            )
-            .await
-            .map_err(pg("append audit events", &self.location))?;
+            &[
+                (&keys, Type::BYTEA_ARRAY),
+                (&bytes, Type::BYTEA_ARRAY),
+                (&!eventual, Type::BOOL),
+                (&if eventual { "off" } else { "on" }, Type::TEXT),
+            ],
+        )
+        .await
+        .map_err(pg("append audit events", &self.location))?;
+        let row = rows.first().ok_or_else(|| {
+            Error::storage("append audit events", &self.location, "no row returned")
+        })?;
         if eventual {
             self.async_pending.store(true, Ordering::SeqCst);
         }
@@ -86,26 +84,23 @@ impl PostgresJournal {
 
     pub(super) async fn read_events(&self, from: u64, limit: usize) -> Result<EventRows, Error> {
         let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(&format!(
+        let rows = run(
+            &client,
+            self.pooler,
+            &format!(
                 "WITH h AS (SELECT {HORIZON} AS horizon)
                  SELECT e.seq, e.bytes, e.durable FROM h, LATERAL (
                     SELECT seq, bytes, durable FROM idem_events
                     WHERE seq >= $1 AND seq < h.horizon ORDER BY seq LIMIT $2
                  ) e"
-            ))
-            .await
-            .map_err(pg("prepare an audit read", &self.location))?;
-        let rows = client
-            .query(
-                &stmt,
-                &[
-                    &(from.min(i64::MAX as u64) as i64),
-                    &(limit.min(i64::MAX as usize) as i64),
-                ],
-            )
-            .await
-            .map_err(pg("read the audit stream", &self.location))?;
+            ),
+            &[
+                (&(from.min(i64::MAX as u64) as i64), Type::INT8),
+                (&(limit.min(i64::MAX as usize) as i64), Type::INT8),
+            ],
+        )
+        .await
+        .map_err(pg("read the audit stream", &self.location))?;
         drop(client);
         let rows: Vec<(u64, Vec<u8>, bool)> = rows
             .iter()
@@ -117,17 +112,18 @@ impl PostgresJournal {
 
     pub(super) async fn read_events_for(&self, key: &Digest) -> Result<EventRows, Error> {
         let client = self.client().await?;
-        let rows = client
-            .query(
-                &format!(
-                    "WITH h AS (SELECT {HORIZON} AS horizon)
-                     SELECT e.seq, e.bytes, e.durable FROM h, idem_events e
-                     WHERE e.op_key = $1 AND e.seq < h.horizon ORDER BY e.seq"
-                ),
-                &[&&key[..]],
-            )
-            .await
-            .map_err(pg("read an operation's audit events", &self.location))?;
+        let rows = run(
+            &client,
+            self.pooler,
+            &format!(
+                "WITH h AS (SELECT {HORIZON} AS horizon)
+                 SELECT e.seq, e.bytes, e.durable FROM h, idem_events e
+                 WHERE e.op_key = $1 AND e.seq < h.horizon ORDER BY e.seq"
+            ),
+            &[(&&key[..], Type::BYTEA)],
+        )
+        .await
+        .map_err(pg("read an operation's audit events", &self.location))?;
         drop(client);
         let rows: Vec<(u64, Vec<u8>, bool)> = rows
             .iter()

@@ -10,8 +10,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
 use crate::clock::DbClock;
 use crate::rows::{
-    check_events, claim_code, digest_of, loaded, location_of, parse_config, pg, pool_failure,
-    space_id,
+    check_events, claim_code, digest_of, loaded, location_of, parse_config, pg, pool_failure, run,
+    space_id, Param, Type,
 };
 use crate::{listen, schema};
 use idem_journal::clock::Clock;
@@ -45,6 +45,53 @@ pub struct PostgresOptions {
     /// operator's tool, or a deployment that creates the schema as a step
     /// of its own ([`PostgresJournal::migrate`], `idem migrate`).
     pub migrate: bool,
+    /// Whether the URL leads to a connection pooler in transaction pooling
+    /// mode (pgbouncer's `pool_mode = transaction`), where each transaction
+    /// may run in another server session: `Some(true)`, `Some(false)`, or
+    /// `None` (the default), detected when connecting. Behind a pooler the
+    /// journal prepares no named statements, keeps no session state, holds
+    /// worker ids with a lease row instead of a session advisory lock, and
+    /// listens for notifications only on [`listen_url`](Self::listen_url())
+    /// (else waiters poll every [`poll`](Self::poll)). See
+    /// [`PostgresOptions::pooler()`].
+    pub pooler: Option<bool>,
+    /// A direct connection to the database (not through the pooler) on
+    /// which to `LISTEN` for other processes' writes when
+    /// [`pooler`](Self::pooler()) is on (default none: waiters poll). Unused
+    /// without a pooler, where the journal's own URL listens.
+    pub listen_url: Option<String>,
+}
+
+impl PostgresOptions {
+    /// The journal's URL leads to a connection pooler in transaction
+    /// pooling mode (`true`), or certainly not (`false`: no detection).
+    /// Left unset, connecting detects one: two sessions of the URL are
+    /// asked for their server process while one of them holds a
+    /// transaction open; a server process that changes under one session,
+    /// or is shared by both, is a pooler moving transactions between
+    /// server sessions. A direct connection can never show either, so
+    /// detection never turns pooler mode on for one (its cost there: two
+    /// rounds of two short-lived connections at connect); it can miss a
+    /// pooler that happens to hand the probe's statements to the sessions
+    /// they had, so a deployment behind one says so.
+    ///
+    /// ```
+    /// let options = idem_postgres::PostgresOptions::default()
+    ///     .pooler(true)
+    ///     .listen_url("postgres://idem@db.internal:5432/idem");
+    /// assert_eq!(options.pooler, Some(true));
+    /// ```
+    pub fn pooler(mut self, pooler: bool) -> Self {
+        self.pooler = Some(pooler);
+        self
+    }
+
+    /// Listens for notifications on a direct connection to `url` (see the
+    /// field `listen_url`).
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
 }
 
 impl Default for PostgresOptions {
@@ -55,6 +102,8 @@ impl Default for PostgresOptions {
             poll: Duration::from_millis(100),
             connect_timeout: Duration::from_secs(10),
             migrate: true,
+            pooler: None,
+            listen_url: None,
         }
     }
 }
@@ -80,6 +129,8 @@ pub struct PostgresJournal {
     pub(crate) last_seq: AtomicU64,
     /// The worker ids this journal claims for, one live process each.
     pub(crate) identities: crate::identity::Identities,
+    /// Behind a pooler in transaction mode: unnamed statements only.
+    pub(crate) pooler: bool,
 }
 
 impl std::fmt::Debug for PostgresJournal {
@@ -101,6 +152,13 @@ macro_rules! record_columns {
 }
 const RECORD_COLUMNS: &str = record_columns!();
 
+/// A read of one record.
+const LOAD: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM idem_records WHERE space = $1 AND key = $2"
+);
+
 /// What every write does after the record's own change (`rec`): its
 /// events, its notification, and the result's first five columns (the new
 /// version and epoch, the events' numbers, and the commit mode set).
@@ -120,6 +178,25 @@ macro_rules! write_tail {
 SELECT rec.version, rec.epoch, ARRAY(SELECT seq FROM ev ORDER BY seq),
        (SELECT count(*) FROM n), set_config('synchronous_commit', $14::text, true)"
     };
+}
+
+/// Behind a pooler, what a write that takes a claim also requires: that
+/// this journal (holder `$15`) holds the worker id's lease row at the
+/// statement's instant, on the database's clock (see `identity.rs`).
+const FENCE: &str = " AND ($6::int <> 1 OR EXISTS (SELECT 1 FROM idem_worker_ids w \
+     WHERE w.worker = $7::text AND w.holder = $15::text AND w.lease_until > clock_timestamp()))";
+
+/// A write statement with [`FENCE`] added to its condition.
+fn fenced(sql: &str) -> String {
+    const UPDATE_CONDITION: &str = "AND version = $3::bigint";
+    const INSERT_CONDITION: &str = "AND NOT EXISTS (SELECT 1 FROM cur)";
+    let anchor = if sql.contains(UPDATE_CONDITION) {
+        UPDATE_CONDITION
+    } else {
+        INSERT_CONDITION
+    };
+    debug_assert!(sql.contains(anchor));
+    sql.replacen(anchor, &[anchor, FENCE].concat(), 1)
 }
 
 /// The end of a write: a row if it happened, none if its condition failed.
@@ -244,6 +321,12 @@ impl PostgresJournal {
             .create_timeout(Some(options.connect_timeout))
             .build()
             .map_err(|e| Error::storage("build the connection pool", &location, e))?;
+        let pooler = match options.pooler {
+            Some(p) => p,
+            None => detect_pooler(&config)
+                .await
+                .map_err(pg("detect a connection pooler", &location))?,
+        };
         let clock = Arc::new(DbClock::new());
         {
             let mut client = pool
@@ -259,8 +342,27 @@ impl PostgresJournal {
                 .await
                 .map_err(pg("read the database's clock", &location))?;
         }
-        let identities = crate::identity::Identities::new(config.clone(), location.clone());
-        let (listener, listening) = listen::Listener::start(config, clock.clone());
+        let identities = if pooler {
+            crate::identity::Identities::leased(pool.clone(), location.clone(), options.lease)
+        } else {
+            crate::identity::Identities::new(config.clone(), location.clone())
+        };
+        let listen = match (pooler, &options.listen_url) {
+            (false, _) => listen::Source::Direct(Box::new(config)),
+            (true, Some(url)) => {
+                let mut direct = parse_config(url)?;
+                if direct.get_application_name().is_none() {
+                    direct.application_name("idem");
+                }
+                direct.connect_timeout(options.connect_timeout);
+                listen::Source::Direct(Box::new(direct))
+            }
+            (true, None) => listen::Source::Poll(pool.clone()),
+        };
+        let (listener, listening) = listen::Listener::start(listen, clock.clone());
+        if pooler {
+            tracing::debug!(target: "idem::journal", location = %location, listen = options.listen_url.is_some(), "behind a connection pooler: unnamed statements, a leased worker id");
+        }
         Ok(PostgresJournal {
             pool,
             location,
@@ -273,6 +375,7 @@ impl PostgresJournal {
             durable_floor: AtomicU64::new(0),
             last_seq: AtomicU64::new(0),
             identities,
+            pooler,
         })
     }
 
@@ -313,6 +416,12 @@ impl PostgresJournal {
         self.listener.connected()
     }
 
+    /// Whether it runs as behind a connection pooler in transaction
+    /// pooling mode ([`PostgresOptions::pooler()`], set or detected).
+    pub fn behind_pooler(&self) -> bool {
+        self.pooler
+    }
+
     /// The database's clock as this process sees it.
     pub fn db_clock(&self) -> &Arc<DbClock> {
         &self.clock
@@ -334,10 +443,17 @@ impl PostgresJournal {
              WHERE space = $1 AND owner_worker IS NOT NULL AND lease_until <= clock_timestamp()
              ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED"
         );
-        let rows = client
-            .query(&sql, &[&space_id(space), &(limit as i64)])
-            .await
-            .map_err(pg("scan for expired claims", &self.location))?;
+        let rows = run(
+            &client,
+            self.pooler,
+            &sql,
+            &[
+                (&space_id(space), Type::INT2),
+                (&(limit as i64), Type::INT8),
+            ],
+        )
+        .await
+        .map_err(pg("scan for expired claims", &self.location))?;
         rows.iter()
             .map(|r| Ok((digest_of(r.get(0), &self.location)?, loaded(r, 1))))
             .collect()
@@ -354,11 +470,18 @@ impl PostgresJournal {
         if let ClaimChange::Take(owner) = &w.claim {
             self.identities.ensure(owner).await?;
         }
-        let sql = match w.expect {
+        let mut sql = match w.expect {
             Expect::Absent => [INSERT, WRITE_TAIL].concat(),
             Expect::Version(_) => [UPDATE, WRITE_TAIL].concat(),
         };
-        Ok(match self.execute(w, &sql).await? {
+        if self.pooler {
+            sql = fenced(&sql);
+        }
+        let mut row = self.execute(w, &sql).await?;
+        if row.is_none() && self.rechecked(w).await? {
+            row = self.execute(w, &sql).await?;
+        }
+        Ok(match row {
             Some(row) => {
                 let (version, epoch, seqs) = self.done(w, &row);
                 Written::Done {
@@ -379,14 +502,24 @@ impl PostgresJournal {
         if let ClaimChange::Take(owner) = &w.claim {
             self.identities.ensure(owner).await?;
         }
-        let sql = [INSERT, CLAIM_TAIL].concat();
-        let row = self.execute(w, &sql).await?.ok_or_else(|| {
+        let mut sql = [INSERT, CLAIM_TAIL].concat();
+        if self.pooler {
+            sql = fenced(&sql);
+        }
+        let no_row = || {
             Error::storage(
                 "claim a record",
                 &self.location,
                 "the statement returned no row (it always returns one)",
             )
-        })?;
+        };
+        let mut row = self.execute(w, &sql).await?.ok_or_else(no_row)?;
+        let neither = |row: &Row| {
+            row.get::<_, Option<i64>>(0).is_none() && row.get::<_, Option<i64>>(5).is_none()
+        };
+        if neither(&row) && self.rechecked(w).await? {
+            row = self.execute(w, &sql).await?.ok_or_else(no_row)?;
+        }
         if row.get::<_, Option<i64>>(0).is_some() {
             let (version, epoch, seqs) = self.done(w, &row);
             return Ok(Claimed::Done {
@@ -400,6 +533,17 @@ impl PostgresJournal {
             .is_some()
             .then(|| loaded(&row, 5));
         Ok(Claimed::Exists(found))
+    }
+
+    /// Behind a pooler, after a write that takes a claim changed nothing:
+    /// whether that was because this journal's lease on the worker id had
+    /// lapsed (then it is taken again, and the write is worth running once
+    /// more); [`Error::WorkerInUse`] if another process holds the id now.
+    async fn rechecked(&self, w: &Write<'_>) -> Result<bool, Error> {
+        match &w.claim {
+            ClaimChange::Take(owner) if self.pooler => self.identities.recheck(owner).await,
+            _ => Ok(false),
+        }
     }
 
     /// What a write that happened returned: version, epoch, event numbers.
@@ -420,10 +564,6 @@ impl PostgresJournal {
     /// [`WRITE_TAIL`] take them); its first row, if any.
     async fn execute(&self, w: &Write<'_>, sql: &str) -> Result<Option<Row>, Error> {
         let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(sql)
-            .await
-            .map_err(pg("prepare a write", &self.location))?;
         let expected = match w.expect {
             Expect::Absent => 0i64,
             Expect::Version(v) => v as i64,
@@ -435,26 +575,34 @@ impl PostgresJournal {
         let keys: Vec<Option<&[u8]>> = w.events.iter().map(|e| e.key.map(|k| &k[..])).collect();
         let bytes: Vec<&[u8]> = w.events.iter().map(|e| e.bytes).collect();
         let eventual = w.durability == Durability::Eventual;
-        let rows = client
-            .query(
-                &stmt,
-                &[
-                    &space_id(w.space),
-                    &&w.key[..],
-                    &expected,
-                    &w.body,
-                    &w.escalated,
-                    &claim_code(w.claim),
-                    &worker,
-                    &incarnation,
-                    &(self.options.lease.as_millis() as f64),
-                    &keys,
-                    &bytes,
-                    &!eventual,
-                    &listen::payload(w.space, w.key),
-                    &if eventual { "off" } else { "on" },
-                ],
-            )
+        let space = space_id(w.space);
+        let key = &w.key[..];
+        let code = claim_code(w.claim);
+        let lease = self.options.lease.as_millis() as f64;
+        let durable = !eventual;
+        let payload = listen::payload(w.space, w.key);
+        let commit = if eventual { "off" } else { "on" };
+        let holder = self.identities.holder();
+        let mut params: Vec<Param<'_>> = vec![
+            (&space, Type::INT2),
+            (&key, Type::BYTEA),
+            (&expected, Type::INT8),
+            (&w.body, Type::BYTEA),
+            (&w.escalated, Type::BOOL),
+            (&code, Type::INT4),
+            (&worker, Type::TEXT),
+            (&incarnation, Type::INT8),
+            (&lease, Type::FLOAT8),
+            (&keys, Type::BYTEA_ARRAY),
+            (&bytes, Type::BYTEA_ARRAY),
+            (&durable, Type::BOOL),
+            (&payload, Type::TEXT),
+            (&commit, Type::TEXT),
+        ];
+        if self.pooler {
+            params.push((&holder, Type::TEXT));
+        }
+        let rows = run(&client, self.pooler, sql, &params)
             .await
             .map_err(pg("write a record", &self.location))?;
         Ok(rows.into_iter().next())
@@ -486,7 +634,7 @@ impl PostgresJournal {
             pause = (pause * 2).min(Duration::from_millis(50));
             let client = self.client().await?;
             horizon = client
-                .query_one(
+                .query_typed_one(
                     "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 16",
                     &[],
                 )
@@ -503,18 +651,23 @@ impl PostgresJournal {
     /// visible before the barrier is now durable.
     pub(crate) async fn barrier(&self) -> Result<u64, Error> {
         let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(
-                "INSERT INTO idem_barrier (slot, at) VALUES ($1, clock_timestamp())
-                 ON CONFLICT (slot) DO UPDATE SET at = EXCLUDED.at
-                 RETURNING pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 16",
+        let rows = run(
+            &client,
+            self.pooler,
+            "INSERT INTO idem_barrier (slot, at) VALUES ($1, clock_timestamp())
+             ON CONFLICT (slot) DO UPDATE SET at = EXCLUDED.at
+             RETURNING pg_snapshot_xmin(pg_current_snapshot())::text::bigint << 16",
+            &[(&self.barrier_slot, Type::INT4)],
+        )
+        .await
+        .map_err(pg("flush the write-ahead log", &self.location))?;
+        let row = rows.first().ok_or_else(|| {
+            Error::storage(
+                "flush the write-ahead log",
+                &self.location,
+                "no row returned",
             )
-            .await
-            .map_err(pg("prepare a barrier", &self.location))?;
-        let row = client
-            .query_one(&stmt, &[&self.barrier_slot])
-            .await
-            .map_err(pg("flush the write-ahead log", &self.location))?;
+        })?;
         let horizon = row.get::<_, i64>(0) as u64;
         self.durable_floor.fetch_max(horizon, Ordering::SeqCst);
         Ok(horizon)
@@ -541,8 +694,10 @@ impl PostgresJournal {
             // (it waited for any concurrent writer and saw its version),
             // else the snapshot's (the mark was there before it: a writer
             // since then notifies).
-            let row = client
-                .query_opt(
+            let (space, key) = (space_id(space), &key[..]);
+            let row = run(
+                    &client,
+                    self.pooler,
                     "WITH cur AS (
                         SELECT version, CASE WHEN lease_until IS NOT NULL THEN
                             greatest(0, extract(epoch FROM (lease_until - clock_timestamp())) * 1000)::float8
@@ -556,9 +711,10 @@ impl PostgresJournal {
                      SELECT coalesce((SELECT version FROM upd), cur.version), cur.ms,
                             set_config('synchronous_commit', 'off', true)
                      FROM cur",
-                    &[&space_id(space), &&key[..]],
+                    &[(&space, Type::INT2), (&key, Type::BYTEA)],
                 )
-                .await;
+                .await
+                .map(|rows| rows.into_iter().next());
             match row {
                 Ok(Some(row)) if row.get::<_, i64>(0) as u64 == version => {
                     if let Some(ms) = row.get::<_, Option<f64>>(1) {
@@ -615,17 +771,15 @@ impl Journal for PostgresJournal {
     ) -> BoxFuture<'a, Result<Option<Loaded>, Error>> {
         Box::pin(async move {
             let client = self.client().await?;
-            let stmt = client
-                .prepare_cached(&format!(
-                    "SELECT {RECORD_COLUMNS} FROM idem_records WHERE space = $1 AND key = $2"
-                ))
-                .await
-                .map_err(pg("prepare a read", &self.location))?;
-            let row = client
-                .query_opt(&stmt, &[&space_id(space), &&key[..]])
-                .await
-                .map_err(pg("read a record", &self.location))?;
-            Ok(row.map(|r| loaded(&r, 0)))
+            let rows = run(
+                &client,
+                self.pooler,
+                LOAD,
+                &[(&space_id(space), Type::INT2), (&&key[..], Type::BYTEA)],
+            )
+            .await
+            .map_err(pg("read a record", &self.location))?;
+            Ok(rows.first().map(|r| loaded(r, 0)))
         })
     }
 
@@ -653,9 +807,7 @@ impl Journal for PostgresJournal {
                 return Ok(Vec::new());
             }
             let client = self.client().await?;
-            let stmt = client
-                .prepare_cached(
-                    "WITH renewed AS (
+            let sql = "WITH renewed AS (
                         UPDATE idem_records r
                         SET lease_until = clock_timestamp() + $6::float8 * interval '1 millisecond'
                         FROM unnest($1::smallint[], $2::bytea[], $3::bigint[]) AS h(space, key, epoch)
@@ -663,27 +815,25 @@ impl Journal for PostgresJournal {
                           AND r.owner_worker = $4 AND r.owner_incarnation = $5
                         RETURNING r.space, r.key
                      )
-                     SELECT space, key, set_config('synchronous_commit', 'off', true) FROM renewed",
-                )
-                .await
-                .map_err(pg("prepare a renewal", &self.location))?;
+                     SELECT space, key, set_config('synchronous_commit', 'off', true) FROM renewed";
             let spaces: Vec<i16> = held.iter().map(|h| space_id(h.space)).collect();
             let keys: Vec<&[u8]> = held.iter().map(|h| &h.key[..]).collect();
             let epochs: Vec<i64> = held.iter().map(|h| h.epoch as i64).collect();
-            let rows = client
-                .query(
-                    &stmt,
-                    &[
-                        &spaces,
-                        &keys,
-                        &epochs,
-                        &&*owner.worker,
-                        &(owner.incarnation as i64),
-                        &(self.options.lease.as_millis() as f64),
-                    ],
-                )
-                .await
-                .map_err(pg("renew leases", &self.location))?;
+            let rows = run(
+                &client,
+                self.pooler,
+                sql,
+                &[
+                    (&spaces, Type::INT2_ARRAY),
+                    (&keys, Type::BYTEA_ARRAY),
+                    (&epochs, Type::INT8_ARRAY),
+                    (&&*owner.worker, Type::TEXT),
+                    (&(owner.incarnation as i64), Type::INT8),
+                    (&(self.options.lease.as_millis() as f64), Type::FLOAT8),
+                ],
+            )
+            .await
+            .map_err(pg("renew leases", &self.location))?;
             let renewed: Vec<(i16, Vec<u8>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
             Ok(held
                 .iter()
@@ -719,30 +869,33 @@ impl Journal for PostgresJournal {
     fn truncate_events(&self, before: u64) -> BoxFuture<'_, Result<u64, Error>> {
         Box::pin(async move {
             let client = self.client().await?;
-            let n = client
-                .execute(
-                    "DELETE FROM idem_events WHERE seq < $1",
-                    &[&(before.min(i64::MAX as u64) as i64)],
-                )
-                .await
-                .map_err(pg("truncate the audit stream", &self.location))?;
-            Ok(n)
+            let rows = run(
+                &client,
+                self.pooler,
+                "WITH d AS (DELETE FROM idem_events WHERE seq < $1 RETURNING 1)
+                 SELECT count(*) FROM d",
+                &[(&(before.min(i64::MAX as u64) as i64), Type::INT8)],
+            )
+            .await
+            .map_err(pg("truncate the audit stream", &self.location))?;
+            Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0) as u64))
         })
     }
 
     fn escalated(&self) -> BoxFuture<'_, Result<Vec<(Digest, Loaded)>, Error>> {
         Box::pin(async move {
             let client = self.client().await?;
-            let rows = client
-                .query(
-                    &format!(
-                        "SELECT key, {RECORD_COLUMNS} FROM idem_records
-                         WHERE space = 0 AND escalated ORDER BY key"
-                    ),
-                    &[],
-                )
-                .await
-                .map_err(pg("read the escalations", &self.location))?;
+            let rows = run(
+                &client,
+                self.pooler,
+                &format!(
+                    "SELECT key, {RECORD_COLUMNS} FROM idem_records
+                     WHERE space = 0 AND escalated ORDER BY key"
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg("read the escalations", &self.location))?;
             rows.iter()
                 .map(|r| Ok((digest_of(r.get(0), &self.location)?, loaded(r, 1))))
                 .collect()
@@ -758,20 +911,21 @@ impl Journal for PostgresJournal {
         Box::pin(async move {
             let client = self.client().await?;
             let after: &[u8] = after.map_or(&[], |a| &a[..]);
-            let rows = client
-                .query(
-                    &format!(
-                        "SELECT key, {RECORD_COLUMNS} FROM idem_records
-                         WHERE space = $1 AND key > $2 ORDER BY key LIMIT $3"
-                    ),
-                    &[
-                        &space_id(space),
-                        &after,
-                        &(limit.min(i64::MAX as usize) as i64),
-                    ],
-                )
-                .await
-                .map_err(pg("scan records", &self.location))?;
+            let rows = run(
+                &client,
+                self.pooler,
+                &format!(
+                    "SELECT key, {RECORD_COLUMNS} FROM idem_records
+                     WHERE space = $1 AND key > $2 ORDER BY key LIMIT $3"
+                ),
+                &[
+                    (&space_id(space), Type::INT2),
+                    (&after, Type::BYTEA),
+                    (&(limit.min(i64::MAX as usize) as i64), Type::INT8),
+                ],
+            )
+            .await
+            .map_err(pg("scan records", &self.location))?;
             rows.iter()
                 .map(|r| Ok((digest_of(r.get(0), &self.location)?, loaded(r, 1))))
                 .collect()
@@ -786,14 +940,20 @@ impl Journal for PostgresJournal {
     ) -> BoxFuture<'a, Result<bool, Error>> {
         Box::pin(async move {
             let client = self.client().await?;
-            let n = client
-                .execute(
-                    "DELETE FROM idem_records WHERE space = $1 AND key = $2 AND version = $3",
-                    &[&space_id(space), &&key[..], &(version as i64)],
-                )
-                .await
-                .map_err(pg("remove a record", &self.location))?;
-            Ok(n == 1)
+            let rows = run(
+                &client,
+                self.pooler,
+                "DELETE FROM idem_records WHERE space = $1 AND key = $2 AND version = $3
+                 RETURNING 1",
+                &[
+                    (&space_id(space), Type::INT2),
+                    (&&key[..], Type::BYTEA),
+                    (&(version as i64), Type::INT8),
+                ],
+            )
+            .await
+            .map_err(pg("remove a record", &self.location))?;
+            Ok(rows.len() == 1)
         })
     }
 
@@ -819,7 +979,7 @@ impl Journal for PostgresJournal {
         Box::pin(async move {
             let client = self.client().await?;
             let row = client
-                .query_one(
+                .query_typed_one(
                     "SELECT (pg_total_relation_size('idem_records')
                            + pg_total_relation_size('idem_events'))::bigint",
                     &[],
@@ -829,4 +989,49 @@ impl Journal for PostgresJournal {
             Ok(row.get::<_, i64>(0) as u64)
         })
     }
+}
+
+/// Whether `config` leads to a pooler that moves transactions between
+/// server sessions (see [`PostgresOptions::pooler()`]): two sessions ask
+/// for their server process, the first again while the second holds a
+/// transaction open. Directly connected, each session is one server
+/// process of its own for its whole life, so neither a change under the
+/// first nor a process shared by both can be seen.
+async fn detect_pooler(
+    config: &deadpool_postgres::tokio_postgres::Config,
+) -> Result<bool, deadpool_postgres::tokio_postgres::Error> {
+    use deadpool_postgres::tokio_postgres::{Client, Config, Error as PgError};
+    async fn open(config: &Config) -> Result<(Client, tokio::task::JoinHandle<()>), PgError> {
+        let (client, connection) = config.connect(NoTls).await?;
+        let task = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok((client, task))
+    }
+    async fn pid(client: &Client) -> Result<i32, PgError> {
+        Ok(client
+            .query_typed_one("SELECT pg_backend_pid()", &[])
+            .await?
+            .get(0))
+    }
+    for _ in 0..2 {
+        let ((first, first_task), (second, second_task)) =
+            tokio::try_join!(open(config), open(config))?;
+        let found = async {
+            let before = pid(&first).await?;
+            second.batch_execute("BEGIN").await?;
+            let other = pid(&second).await?;
+            let after = pid(&first).await?;
+            second.batch_execute("COMMIT").await?;
+            Ok::<_, PgError>(after != before || other == before)
+        }
+        .await;
+        drop((first, second));
+        let _ = first_task.await;
+        let _ = second_task.await;
+        if found? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }

@@ -47,6 +47,12 @@
 //!   the engine reloads and re-decides, as after a crash). The pool drops
 //!   closed connections and opens new ones by itself.
 //!
+//! - **behind a connection pooler** in transaction mode
+//!   ([`PostgresOptions::pooler()`], set or detected): unnamed statements
+//!   only, no session state, the worker id held by a lease row
+//!   (`identity.rs`), and wake-ups by polling or on a direct
+//!   [`PostgresOptions::listen_url()`] (`listen.rs`).
+//!
 //! `journal.rs` holds the contract's statements; `events.rs` the
 //! commit-ordered audit stream; `listen.rs` the notifications that wake
 //! waiters in other processes; `schema.rs` the schema and its version;

@@ -17,6 +17,15 @@
 //! with backoff, and while it is down [`Listener::connected`] is false so
 //! waiters poll at the short interval; after a reconnect every waiter is
 //! woken once, since notifications sent meanwhile were lost.
+//!
+//! Behind a pooler in transaction mode a `LISTEN` would register in
+//! whichever server session ran it, and its notifications would go to
+//! whichever client that session serves next (or nowhere): there the
+//! journal listens on a direct connection
+//! ([`PostgresOptions::listen_url`](crate::PostgresOptions::listen_url())) if it
+//! has one, else not at all ([`Source::Poll`]): [`Listener::connected`] stays
+//! false, so waiters re-read at the polling interval (and at the lease's
+//! expiry), and the clock's offset is measured through the pool.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -59,6 +68,15 @@ fn parse(payload: &str) -> Option<(Space, Digest)> {
     Some((space, key))
 }
 
+/// Where notifications come from.
+pub enum Source {
+    /// A connection of its own to this server, which `LISTEN`s.
+    Direct(Box<tokio_postgres::Config>),
+    /// Nowhere (behind a pooler, without a direct connection): waiters
+    /// poll; the pool measures the clock.
+    Poll(deadpool_postgres::Pool),
+}
+
 /// The fan-out of notifications to this process's waiters.
 pub struct Listener {
     tx: broadcast::Sender<Change>,
@@ -70,7 +88,7 @@ impl Listener {
     /// listening; it also ends once the listener is dropped and its
     /// connection fails).
     pub fn start(
-        config: tokio_postgres::Config,
+        source: Source,
         clock: Arc<DbClock>,
     ) -> (Arc<Listener>, tokio::task::JoinHandle<()>) {
         let (tx, _) = broadcast::channel(1024);
@@ -79,6 +97,23 @@ impl Listener {
             connected: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&listener);
+        let config = match source {
+            Source::Direct(config) => *config,
+            Source::Poll(pool) => {
+                let task = tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        if weak.strong_count() == 0 {
+                            return;
+                        }
+                        if let Ok(client) = pool.get().await {
+                            let _ = measure_offset(&client, &clock).await;
+                        }
+                    }
+                });
+                return (listener, task);
+            }
+        };
         let task = tokio::spawn(async move {
             let mut backoff = Duration::from_millis(20);
             loop {
@@ -165,7 +200,7 @@ pub async fn measure_offset(
     for _ in 0..3 {
         let before = clock.local_ms();
         let row = client
-            .query_one(
+            .query_typed_one(
                 "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8",
                 &[],
             )

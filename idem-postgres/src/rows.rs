@@ -152,3 +152,30 @@ pub(crate) fn pool_failure(
         other => Error::database(op, location, None, other),
     }
 }
+
+/// A statement's parameter with its type, as [`run`] takes them.
+pub(crate) type Param<'a> = (&'a (dyn tokio_postgres::types::ToSql + Sync), Type);
+
+pub(crate) use tokio_postgres::types::Type;
+
+/// Runs `sql` and returns its rows. Directly connected, through a named
+/// statement prepared once per connection (one round trip a call after
+/// the first). Behind a pooler (`pooler`), as the unnamed statement, in
+/// one round trip of its own (parse, bind, execute, sync): a named
+/// statement would be prepared in one server session and, under
+/// transaction pooling, executed in another, which does not have it.
+pub(crate) async fn run(
+    client: &deadpool_postgres::Object,
+    pooler: bool,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    if pooler {
+        return client.query_typed(sql, params).await;
+    }
+    let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+    let stmt = client.prepare_typed_cached(sql, &types).await?;
+    let values: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+        params.iter().map(|(v, _)| *v).collect();
+    client.query(&stmt, &values).await
+}

@@ -6,6 +6,7 @@
 //! have; a database whose version is newer than this build's is refused
 //! untouched, as the sled journal refuses a newer format.
 
+use deadpool_postgres::tokio_postgres::types::Type;
 use deadpool_postgres::tokio_postgres::{Client, GenericClient};
 
 use idem_journal::error::Error;
@@ -33,6 +34,13 @@ const MIGRATION_LOCK: i64 = 0x6964_656d;
 /// - `idem_barrier`: one row per process, rewritten by a synchronous
 ///   commit to make earlier asynchronous commits durable (WAL is flushed in
 ///   order).
+/// - `idem_worker_ids`: the worker ids held by journals behind a
+///   connection pooler, as leases (see `identity.rs`); added to version 1
+///   later (every migration creates what is missing, and older builds
+///   ignore it).
+///
+/// Every statement here is the unnamed one (`query_typed`), so that the
+/// migration also runs through a pooler in transaction mode.
 const V1: &str = "
 CREATE TABLE IF NOT EXISTS idem_schema (
     id boolean PRIMARY KEY DEFAULT true CHECK (id),
@@ -67,6 +75,11 @@ CREATE TABLE IF NOT EXISTS idem_barrier (
     slot integer PRIMARY KEY,
     at timestamptz NOT NULL
 );
+CREATE TABLE IF NOT EXISTS idem_worker_ids (
+    worker text PRIMARY KEY,
+    holder text NOT NULL,
+    lease_until timestamptz NOT NULL
+);
 ";
 
 /// An error of step `op`, with the server's words: tokio-postgres's own
@@ -86,7 +99,7 @@ async fn found_version(
     location: &str,
 ) -> Result<Option<Option<i32>>, Error> {
     let exists: Option<String> = client
-        .query_one("SELECT to_regclass('idem_schema')::text", &[])
+        .query_typed_one("SELECT to_regclass('idem_schema')::text", &[])
         .await
         .map_err(storage("look for the schema", location))?
         .get(0);
@@ -94,7 +107,7 @@ async fn found_version(
         return Ok(None);
     }
     let found = client
-        .query_opt("SELECT version FROM idem_schema", &[])
+        .query_typed_opt("SELECT version FROM idem_schema", &[])
         .await
         .map_err(storage("read the schema version", location))?
         .map(|r| r.get(0));
@@ -131,9 +144,12 @@ pub async fn migrate(client: &mut Client, location: &str) -> Result<i32, Error> 
         .transaction()
         .await
         .map_err(storage("start the schema migration", location))?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-        .await
-        .map_err(storage("lock the schema", location))?;
+    tx.query_typed(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[(&MIGRATION_LOCK, Type::INT8)],
+    )
+    .await
+    .map_err(storage("lock the schema", location))?;
     if let Some(Some(found)) = found_version(&tx, location).await? {
         if found > SCHEMA_VERSION {
             return Err(unsupported(location, found));
@@ -142,9 +158,9 @@ pub async fn migrate(client: &mut Client, location: &str) -> Result<i32, Error> 
     tx.batch_execute(V1)
         .await
         .map_err(storage("create the schema", location))?;
-    tx.execute(
+    tx.query_typed(
         "INSERT INTO idem_schema (version) VALUES ($1) ON CONFLICT (id) DO NOTHING",
-        &[&SCHEMA_VERSION],
+        &[(&SCHEMA_VERSION, Type::INT4)],
     )
     .await
     .map_err(storage("record the schema version", location))?;

@@ -59,6 +59,7 @@ mod ledger;
 pub mod otlp;
 mod payments;
 pub mod pg;
+pub mod pgbouncer;
 #[cfg(feature = "powercut")]
 pub mod powercut;
 #[cfg(unix)]

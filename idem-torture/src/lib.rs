@@ -117,6 +117,8 @@ const CRASH_ENV: &str = "IDEM_TORTURE_CRASH";
 const POSTGRES_ENV: &str = "IDEM_TORTURE_POSTGRES";
 const WORKER_ID_ENV: &str = "IDEM_TORTURE_WORKER_ID";
 const LEASE_ENV: &str = "IDEM_TORTURE_LEASE_MS";
+/// Multi-worker mode: set when the URL leads to a pooler.
+const POOLER_ENV: &str = "IDEM_TORTURE_POOLER";
 /// Set (power-cut mode): each order ends with [`archive_order`].
 const ARCHIVE_ENV: &str = "IDEM_TORTURE_ARCHIVE";
 /// Power-cut mode: a directory where the durable state of every journal
@@ -261,6 +263,11 @@ pub struct Config {
     /// Multi-worker mode: after the first wave, every worker is paused past
     /// its lease (the stale-owner test) instead of a random plan.
     pub pauses_only: bool,
+    /// Multi-worker mode: the workers reach the database through a
+    /// pgbouncer in transaction pooling mode (`idem_testkit::pgbouncer`,
+    /// one per round), with `PostgresOptions::pooler(true)`; the parent's
+    /// checks read the database directly.
+    pub pooler: bool,
 }
 
 /// The journal backend of a torture run.
@@ -294,6 +301,7 @@ impl Config {
             db_restart_every: 6,
             lease: Duration::from_millis(1000),
             pauses_only: false,
+            pooler: false,
         }
     }
 

@@ -32,8 +32,8 @@ use crate::shop::Moment;
 
 use super::{
     parse_done, status_line, CrashPoint, End, JournalAt, Plan, Round, Summary, CONCURRENCY_ENV,
-    CRASH_ENV, EFFECT_TOOLS, EXIT_DONE, JOURNAL_ENV, LEASE_ENV, ORDERS_ENV, POSTGRES_ENV,
-    PREFIX_ENV, STATUS_ENV, WORKER_DEADLINE, WORKER_ENV, WORKER_ID_ENV,
+    CRASH_ENV, EFFECT_TOOLS, EXIT_DONE, JOURNAL_ENV, LEASE_ENV, ORDERS_ENV, POOLER_ENV,
+    POSTGRES_ENV, PREFIX_ENV, STATUS_ENV, WORKER_DEADLINE, WORKER_ENV, WORKER_ID_ENV,
 };
 
 /// How long a worker keeps trying to connect (the database may be
@@ -49,9 +49,11 @@ pub(super) async fn connect_worker(url: &str) -> Result<Runtime, idem::Error> {
         .and_then(|l| l.parse().ok())
         .map_or(Duration::from_secs(1), Duration::from_millis);
     let deadline = Instant::now() + CONNECT_FOR;
+    let options = idem::PostgresOptions::default().pooler(std::env::var_os(POOLER_ENV).is_some());
     loop {
         let opened = Runtime::builder()
             .postgres(url)
+            .postgres_options(options.clone())
             .worker_id(id.as_str())
             .lease(lease)
             .in_flight_wait(Duration::from_secs(5))
@@ -115,6 +117,17 @@ impl Round<'_> {
             .create_database()
             .map_err(|e| format!("create the round's database: {e}"))?;
         let journal = JournalAt::Postgres(url.clone());
+        // Behind a pooler, the workers' URL is the pooler's; a database
+        // restart goes on under it.
+        let bouncer = if self.config.pooler {
+            Some(
+                idem_testkit::pgbouncer::PgBouncer::start(server)
+                    .map_err(|e| format!("start pgbouncer: {e}"))?,
+            )
+        } else {
+            None
+        };
+        let worker_url = bouncer.as_ref().map_or(url.clone(), |b| b.url_of(&url));
         let providers = self.start_providers(summary).await?;
         let workers = self.config.workers;
         let lease = self.config.lease;
@@ -137,8 +150,8 @@ impl Round<'_> {
                 let mut command = tokio::process::Command::from(worker());
                 command
                     .env(WORKER_ENV, "1")
-                    .env(JOURNAL_ENV, &url)
-                    .env(POSTGRES_ENV, &url)
+                    .env(JOURNAL_ENV, &worker_url)
+                    .env(POSTGRES_ENV, &worker_url)
                     .env(WORKER_ID_ENV, format!("w{i}"))
                     .env(LEASE_ENV, lease.as_millis().to_string())
                     .env(STATUS_ENV, &status)
@@ -150,6 +163,7 @@ impl Round<'_> {
                     .env(CONCURRENCY_ENV, self.config.concurrency.to_string())
                     .envs(providers.addrs().to_env())
                     .env_remove(CRASH_ENV)
+                    .env_remove(POOLER_ENV)
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(
@@ -158,6 +172,9 @@ impl Round<'_> {
                     .kill_on_drop(true);
                 if let Plan::Crash(point) = plan {
                     command.env(CRASH_ENV, point.to_env());
+                }
+                if bouncer.is_some() {
+                    command.env(POOLER_ENV, "1");
                 }
                 let child = command.spawn().map_err(|e| format!("spawn worker: {e}"))?;
                 let plan = plan.clone();
