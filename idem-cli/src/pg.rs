@@ -179,7 +179,7 @@ async fn schema_exists(config: &Config, location: &str) -> Result<bool, CliError
     let (client, connection) = config.connect(NoTls).await.map_err(unreachable)?;
     let task = tokio::spawn(connection);
     let found = client
-        .query_one("SELECT to_regclass('idem_schema')::text", &[])
+        .query_typed_one("SELECT to_regclass('idem_schema')::text", &[])
         .await
         .map_err(unreachable)
         .map(|row| row.get::<_, Option<String>>(0));
