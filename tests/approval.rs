@@ -61,6 +61,16 @@ async fn wire_waiting(ctx: &Ctx, to: String, bank: Arc<Bank>) -> Result<String, 
     Ok(format!("wired to {to}"))
 }
 
+/// Effects of `notify` (a tool a model calls by name: JSON arguments only).
+static NOTIFIED: AtomicUsize = AtomicUsize::new(0);
+
+#[tool(class = "at_most_once", key = "to", approve = "always")]
+async fn notify(ctx: &Ctx, to: String, body: String) -> Result<String, Declined> {
+    let _ = ctx;
+    NOTIFIED.fetch_add(1, Ordering::SeqCst);
+    Ok(format!("{to}: {body}"))
+}
+
 fn runtime() -> (tempfile::TempDir, Runtime) {
     let dir = tempfile::tempdir().unwrap();
     let rt = Runtime::open(dir.path()).unwrap();
@@ -298,4 +308,32 @@ async fn approval_survives_a_reopen() {
         .unwrap();
     assert_eq!(bank.wires(), 1);
     assert_eq!(approvals_requested(&events(&rt).await), 1);
+}
+
+#[tokio::test]
+async fn a_model_calling_by_name_is_told_to_call_again_unchanged_and_then_reads_the_note() {
+    let (_dir, rt) = runtime();
+    let ctx = rt.run("model");
+    let args = serde_json::json!({ "to": "hal", "body": "open the doors" });
+    let err = idem::dispatch(&ctx, "notify", args.clone())
+        .await
+        .unwrap_err();
+    let shown = err.to_json();
+    assert_eq!(shown["error"], "awaiting_approval", "{shown}");
+    assert_eq!(shown["retryable"], true, "{shown}");
+    assert!(
+        shown["advice"]
+            .as_str()
+            .unwrap()
+            .contains("exactly the same arguments"),
+        "{shown}"
+    );
+    let key = idem::IdemKey::parse(shown["key"].as_str().unwrap()).unwrap();
+    rt.reject(&key, "I'm sorry, Dave").await.unwrap();
+    let err = idem::dispatch(&ctx, "notify", args).await.unwrap_err();
+    let shown = err.to_json();
+    assert_eq!(shown["error"], "not_approved", "{shown}");
+    assert_eq!(shown["note"], "I'm sorry, Dave", "{shown}");
+    assert_eq!(shown["retryable"], false, "{shown}");
+    assert_eq!(NOTIFIED.load(Ordering::SeqCst), 0);
 }
