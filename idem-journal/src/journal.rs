@@ -277,6 +277,15 @@ pub trait Journal: Send + Sync + 'static {
         false
     }
 
+    /// Whether every write is a round trip to a server (PostgreSQL). The
+    /// runtime then holds the audit events that record no decision (a
+    /// replay's dedupe hit) for up to 20 ms and appends them together, at
+    /// [`Durability::Eventual`], so that a replay answered from memory
+    /// waits for no server; a process that dies loses what it held.
+    fn remote(&self) -> bool {
+        false
+    }
+
     /// How often an owner must [`renew`](Journal::renew) the claims it
     /// drives; `None` if claims do not expire (the journal knows its
     /// drivers without leases).

@@ -760,6 +760,10 @@ impl Journal for PostgresJournal {
     }
 
     /// Every read is a round trip, and most calls are on new keys.
+    fn remote(&self) -> bool {
+        true
+    }
+
     fn claim_first(&self) -> bool {
         true
     }

@@ -334,6 +334,9 @@ where
             Action::Revert(step) => self.revert(step).await,
             Action::Emit(kind) => {
                 let replay = kind == EventKind::DedupeHit;
+                if replay && self.held(&kind) {
+                    return Input::Appended;
+                }
                 match self.emit(kind).await {
                     Ok(()) => Input::Appended,
                     Err(e) => {
@@ -539,6 +542,24 @@ where
                 )
                 .await;
                 Input::Removed(matches!(wrote, Ok(Wrote::Done { .. })))
+            }
+        }
+    }
+
+    /// Whether the event was held to be written with others (a replay's,
+    /// on a journal where each write is a round trip): it records no
+    /// decision, and a replay answered from memory should wait for nothing.
+    fn held(&self, kind: &EventKind) -> bool {
+        if !self.shared.journal.remote() {
+            return false;
+        }
+        let key = self.key();
+        let draft = draft(self.ctx, self.tool.name, Some(&key), kind.clone());
+        match self.shared.audit.hold(&self.shared.journal, draft) {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(target: "idem::engine", key = %key, error = %e, "a replay's audit event could not be encoded");
+                false
             }
         }
     }

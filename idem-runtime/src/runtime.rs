@@ -430,8 +430,10 @@ impl Runtime {
     }
 
     /// Makes every write so far durable (events that record no decision
-    /// become durable within a bounded delay on their own).
+    /// become durable within a bounded delay on their own), replays' events
+    /// held in memory included.
     pub async fn sync(&self) -> Result<(), Error> {
+        self.shared.audit.flush(&*self.shared.journal).await?;
         self.shared.journal.sync().await
     }
 

@@ -133,5 +133,6 @@ impl Drop for Shared {
         if let Some(task) = self.renewer.get_mut().ok().and_then(Option::take) {
             task.abort();
         }
+        self.audit.close(&self.journal);
     }
 }

@@ -199,6 +199,10 @@ impl Journal for FaultyJournal {
         self.inner.claim_first()
     }
 
+    fn remote(&self) -> bool {
+        self.inner.remote()
+    }
+
     fn load<'a>(
         &'a self,
         space: Space,
@@ -360,6 +364,10 @@ impl Journal for ProcessView {
 
     fn claim_first(&self) -> bool {
         self.inner.claim_first()
+    }
+
+    fn remote(&self) -> bool {
+        self.inner.remote()
     }
 
     fn load<'a>(
