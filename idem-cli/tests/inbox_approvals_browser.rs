@@ -135,6 +135,14 @@ async fn an_operator_approves_and_rejects_calls_in_the_inbox() {
         })
         .await;
     let text = browser.text(&shown).await;
+    // The redacted PIN was never written: nowhere in the page.
+    let page = browser
+        .execute("return document.documentElement.outerHTML")
+        .await;
+    assert!(
+        !page.as_str().unwrap().contains(PIN),
+        "the redacted PIN is on the page; the card shows:\n{text}"
+    );
     for needle in [
         "payout",
         "provider",
@@ -163,14 +171,6 @@ async fn an_operator_approves_and_rejects_calls_in_the_inbox() {
     browser
         .wait_for("#status", "following", |t| t.starts_with("live"))
         .await;
-    let page = browser
-        .execute("return document.documentElement.outerHTML")
-        .await;
-    let page = page.as_str().unwrap();
-    assert!(
-        !page.contains(PIN),
-        "the redacted PIN is on the page:\n{page}"
-    );
 
     // Hostile text in the reason and an argument: shown as text, and no
     // element made of it.
@@ -180,6 +180,13 @@ async fn an_operator_approves_and_rejects_calls_in_the_inbox() {
         })
         .await;
     let text = browser.text(&hostile).await;
+    let images = browser
+        .execute("return document.querySelectorAll('img').length")
+        .await;
+    assert_eq!(
+        images, 0,
+        "hostile text became markup; the card shows:\n{text}"
+    );
     assert!(
         text.contains(&format!(
             "a payout of 2500 EUR is above 1000 EUR: refund {HOSTILE}"
@@ -190,10 +197,6 @@ async fn an_operator_approves_and_rejects_calls_in_the_inbox() {
         text.contains(&format!("\"refund {HOSTILE}\"")),
         "the hostile memo is not shown as text:\n{text}"
     );
-    let images = browser
-        .execute("return document.querySelectorAll('img').length")
-        .await;
-    assert_eq!(images, 0, "hostile text became markup");
     if let Some(path) = std::env::var_os("IDEM_INBOX_APPROVALS_SCREENSHOT") {
         browser.execute("window.scrollTo(0, 0)").await;
         std::fs::write(path, browser.screenshot().await).unwrap();
