@@ -257,11 +257,6 @@ async fn an_operator_approves_and_rejects_calls_in_the_inbox() {
     browser
         .wait_gone(&card(&first), "approved: the card leaves")
         .await;
-    browser
-        .wait_for("#approvals-done", "the confirmation", |t| {
-            t.contains("Approved payout")
-        })
-        .await;
     let op = rt.operation(&first).await.unwrap().unwrap();
     let approval = op.approval.expect("the record keeps the approval");
     assert_eq!(approval.approved, Some(true), "{approval:?}");
@@ -275,6 +270,11 @@ async fn an_operator_approves_and_rejects_calls_in_the_inbox() {
     assert_eq!(paid(), 1, "the approved payout ran other than once");
     assert_eq!(pay(&ctx, 1).await.unwrap(), receipt, "not replayed");
     assert_eq!(paid(), 1, "the approved payout ran again");
+    browser
+        .wait_for("#approvals-done", "the confirmation", |t| {
+            t.contains("Approved payout")
+        })
+        .await;
 
     // Reject with a note: the card leaves; the next call returns the note.
     let note = browser
