@@ -1,6 +1,7 @@
-//! The escalation inbox: one static page (HTML, a script and a style sheet,
-//! no build step) served at `/`. It holds no data; everything it shows it
-//! fetches from the API with the operator's token.
+//! The inbox: one static page (HTML, a script and a style sheet, no build
+//! step) served at `/`, listing the calls awaiting approval (approve or
+//! reject, with a note) and the escalations (resolve). It holds no data;
+//! everything it shows it fetches from the API with the operator's token.
 
 use hyper::header::{self, HeaderValue};
 use hyper::{Response, StatusCode};
@@ -19,8 +20,9 @@ const JS: &str = include_str!("inbox/inbox.js");
 const CSS: &str = include_str!("inbox/inbox.css");
 
 /// Scripts only from this origin (never inline), requests only to it, no
-/// framing: what the page shows comes from tool arguments and provider
-/// errors, which are not trusted markup (the script only sets text).
+/// framing: what the page shows comes from tool arguments, approval
+/// reasons, notes and provider errors, which are not trusted markup (the
+/// script only sets text).
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
                    connect-src 'self'; img-src 'self' data:; base-uri 'none'; \
                    form-action 'none'; frame-ancestors 'none'";

@@ -1,6 +1,7 @@
-// The escalation inbox. Everything shown comes from the admin API of the
-// process that served this page; tool arguments and provider errors are
-// data, never markup: the page only ever sets textContent.
+// The operator inbox: calls waiting for a person's approval, and
+// escalations. Everything shown comes from the admin API of the process
+// that served this page; tool arguments, reasons, notes and provider errors
+// are data, never markup: the page only ever sets textContent.
 "use strict";
 
 const TOKEN_KEY = "idem-admin-token";
@@ -9,7 +10,8 @@ const $ = (sel, root = document) => root.querySelector(sel);
 const state = {
   token: null,
   tools: new Map(),     // name -> ToolInfo
-  cards: new Map(),     // key -> <li>
+  cards: new Map(),     // key -> <li> (escalations)
+  approvals: new Map(), // key -> <li> (calls awaiting approval)
   refreshing: null,
   refreshAgain: false,
   following: null,      // AbortController of the followed stream
@@ -110,6 +112,29 @@ function text(el, value) {
   el.textContent = value == null || value === "" ? "-" : String(value);
 }
 
+const REDACTED = "<redacted>";
+
+// The record's arguments, one row each, the values as JSON; a redacted one
+// is shown as the record holds it (its value was never written).
+function fillArgs(rows, given) {
+  const args = given && typeof given === "object" && !Array.isArray(given) ? given : { "": given };
+  for (const [name, value] of Object.entries(args)) {
+    const tr = document.createElement("tr");
+    const k = document.createElement("td");
+    const v = document.createElement("td");
+    k.textContent = name;
+    if (value === REDACTED) {
+      v.textContent = REDACTED;
+      v.className = "redacted";
+      v.title = "redacted: the journal never stored its value";
+    } else {
+      v.textContent = JSON.stringify(value);
+    }
+    tr.append(k, v);
+    rows.append(tr);
+  }
+}
+
 function newCard(e) {
   const li = $("#card").content.firstElementChild.cloneNode(true);
   const n = ++state.cardSeq;
@@ -121,17 +146,7 @@ function newCard(e) {
   text($(".reason", li), e.reason);
   const scope = e.scope && e.scope.length ? " / " + e.scope.join("/") : "";
   text($(".run", li), e.root_run + scope);
-  const rows = $(".args tbody", li);
-  const args = e.args && typeof e.args === "object" && !Array.isArray(e.args) ? e.args : { "": e.args };
-  for (const [name, value] of Object.entries(args)) {
-    const tr = document.createElement("tr");
-    const k = document.createElement("td");
-    const v = document.createElement("td");
-    k.textContent = name;
-    v.textContent = typeof value === "string" ? JSON.stringify(value) : JSON.stringify(value);
-    tr.append(k, v);
-    rows.append(tr);
-  }
+  fillArgs($(".args tbody", li), e.args);
   text($(".attempts", li), e.attempts);
   text($(".last-error", li), e.last_error);
   text($(".verify", li), e.verify_answer || (e.class === "at_most_once"
@@ -243,10 +258,106 @@ function render(escalations) {
   }
   const n = escalations.length;
   $("#summary").textContent = n === 0
-    ? "Nothing waits for an operator."
+    ? "No escalations waiting."
     : n + (n === 1 ? " operation waits" : " operations wait") +
       " for an operator, newest first. Check the provider's own records, then answer.";
 }
+
+// ---- approvals --------------------------------------------------------------
+
+function newApprovalCard(a) {
+  const li = $("#approval-card").content.firstElementChild.cloneNode(true);
+  li.dataset.key = a.key;
+  li.dataset.tool = a.tool;
+  text($(".tool", li), a.tool);
+  text($(".class", li), a.class);
+  text($(".key", li), a.key);
+  text($(".reason", li), a.reason);
+  const scope = a.scope && a.scope.length ? " / " + a.scope.join("/") : "";
+  text($(".run", li), a.root_run + scope);
+  fillArgs($(".args tbody", li), a.args);
+  text($(".asked", li), fmtTime(a.requested_ms));
+  text($(".when", li), "asked " + fmtAgo(a.requested_ms));
+  $(".decide", li).addEventListener("submit", (ev) => ev.preventDefault());
+  for (const [button, approved] of [[$(".approve", li), true], [$(".reject", li), false]]) {
+    button.addEventListener("click", () => {
+      decide(li, approved).catch((err) => showError(li, err.message));
+    });
+  }
+  return li;
+}
+
+// Approve or reject through the API, which is the authority on what a
+// decision needs: the page only refuses to send a blank note (both need
+// one) and shows the API's refusals as they come.
+async function decide(li, approved) {
+  const box = $(".error", li);
+  box.hidden = true;
+  const note = $(".note", li).value.trim();
+  if (!note) {
+    return showError(li, "A note is required to " + (approved ? "approve" : "reject") +
+      ": say what you checked" + (approved ? "." : " (the agent reads it).") + " Nothing was sent.");
+  }
+  const buttons = li.querySelectorAll("button");
+  for (const b of buttons) b.disabled = true;
+  try {
+    const done = await api("/v1/ops/" + encodeURIComponent(li.dataset.key) +
+      (approved ? "/approve" : "/reject"), {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ note, via: "inbox" }),
+    });
+    removeApproval(li.dataset.key);
+    $("#approvals-done").textContent = (done.decision === "approved"
+      ? "Approved " + li.dataset.tool + " " + done.key + ": its next call runs it."
+      : "Rejected " + li.dataset.tool + " " + done.key + ": its calls return the note.");
+    renderApprovalsSummary();
+  } catch (e) {
+    for (const b of buttons) b.disabled = false;
+    if (e.status !== 401) showError(li, e.message + (e.code ? " [" + e.code + "]" : ""));
+  }
+}
+
+function removeApproval(key) {
+  const li = state.approvals.get(key);
+  if (li) li.remove();
+  state.approvals.delete(key);
+}
+
+function renderApprovals(approvals) {
+  const list = $("#approvals");
+  const open = new Set(approvals.map((a) => a.key));
+  // Decided elsewhere (the CLI, the API, the runtime): gone.
+  for (const key of Array.from(state.approvals.keys())) {
+    if (!open.has(key)) removeApproval(key);
+  }
+  // Oldest request first: the longest waiting agent at the top.
+  const sorted = approvals.slice().sort((a, b) => a.requested_ms - b.requested_ms);
+  let previous = null;
+  for (const a of sorted) {
+    let li = state.approvals.get(a.key);
+    if (!li) {
+      li = newApprovalCard(a);
+      state.approvals.set(a.key, li);
+    } else {
+      text($(".when", li), "asked " + fmtAgo(a.requested_ms));
+    }
+    if (previous) previous.after(li); else list.prepend(li);
+    previous = li;
+  }
+  renderApprovalsSummary();
+}
+
+function renderApprovalsSummary() {
+  const n = state.approvals.size;
+  $("#approvals-summary").textContent = n === 0
+    ? "No approvals waiting."
+    : n + (n === 1 ? " call waits" : " calls wait") +
+      " for a person's approval, oldest first. Nothing ran: approve to run it once, " +
+      "or reject with a note the agent reads.";
+}
+
+// ---- refresh ---------------------------------------------------------------
 
 async function refresh() {
   // One refresh at a time; a request during one runs once more after it.
@@ -257,8 +368,10 @@ async function refresh() {
   state.refreshing = (async () => {
     do {
       state.refreshAgain = false;
-      const [tools, escalations] = await Promise.all([api("/v1/tools"), api("/v1/escalations")]);
+      const [tools, escalations, approvals] = await Promise.all(
+        [api("/v1/tools"), api("/v1/escalations"), api("/v1/approvals")]);
       state.tools = new Map(tools.map((t) => [t.name, t]));
+      renderApprovals(approvals);
       render(escalations);
       showBanner("");
     } while (state.refreshAgain);
@@ -266,7 +379,7 @@ async function refresh() {
   try {
     await state.refreshing;
   } catch (e) {
-    if (e.status !== 401) showBanner("Could not load the escalations: " + e.message);
+    if (e.status !== 401) showBanner("Could not load the approvals and escalations: " + e.message);
   } finally {
     state.refreshing = null;
   }
@@ -274,7 +387,8 @@ async function refresh() {
 
 // ---- the audit stream ------------------------------------------------------
 
-const WAKE = new Set(["escalated", "resolved", "amended", "committed", "intent", "recovered"]);
+const WAKE = new Set(["escalated", "resolved", "amended", "committed", "intent", "recovered",
+  "approval_requested", "approved", "not_approved"]);
 
 async function follow() {
   if (!state.token) return;

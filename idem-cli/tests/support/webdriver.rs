@@ -1,6 +1,9 @@
 //! The few W3C WebDriver commands the browser test needs, over HTTP to a
 //! chromedriver this test starts, driving headless Chromium.
 
+// Shared by the browser tests; each uses some of it.
+#![allow(dead_code)]
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -169,6 +172,18 @@ impl Browser {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "timed out waiting for {css} ({what}); last text: {last:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until no element matches `css`.
+    pub async fn wait_gone(&self, css: &str, what: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while self.find(css).await.is_some() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {css} to go ({what})"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
