@@ -579,3 +579,64 @@ async fn a_process_whose_worker_id_was_taken_while_it_was_cut_off_claims_nothing
         "{refused}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_replay_needs_no_server_and_its_event_is_written_once_it_is_back() {
+    let server = PgServer::start().unwrap();
+    let url = server.create_database().unwrap();
+    let rt = Runtime::builder()
+        .postgres(&url)
+        .worker_id("pod-8")
+        .connect()
+        .await
+        .unwrap();
+    let t = tool_with("charge", Class::Provider, |_| {});
+    let p = ScriptedProvider::new(&[]);
+    let ctx = rt.run("run");
+    assert_eq!(
+        call(&ctx, t, &p, 1, "a", VerifyMode::Provider).await.unwrap(),
+        "done:a"
+    );
+    // Its event is written on its own, within the bound, without a sync.
+    let mut live = rt.subscribe();
+    assert_eq!(
+        call(&ctx, t, &p, 1, "a", VerifyMode::Provider).await.unwrap(),
+        "done:a"
+    );
+    let seen = tokio::time::timeout(Duration::from_secs(30), live.recv())
+        .await
+        .expect("the held event is written within its bound")
+        .unwrap();
+    assert_eq!(seen.kind, idem_runtime::EventKind::DedupeHit);
+    assert!(seen.seq > 0, "published with the number it was given");
+    // (Written asynchronously committed, as every event that records no
+    // decision: a database crash could lose it until this.)
+    rt.sync().await.unwrap();
+
+    // With the database down, the worker still answers what it saw commit.
+    server.stop_immediate().unwrap();
+    for _ in 0..2 {
+        let out = call(&ctx, t, &p, 1, "a", VerifyMode::Provider).await;
+        assert_eq!(out.unwrap(), "done:a");
+    }
+    assert_eq!(p.calls(), 1);
+    // Back up: what was held is written, nothing is lost (the pool may need
+    // a try or two to reconnect; a failed write keeps the events).
+    server.start_again().unwrap();
+    let mut synced = rt.sync().await;
+    for _ in 0..20 {
+        if synced.is_ok() {
+            break;
+        }
+        synced = rt.sync().await;
+    }
+    synced.unwrap();
+    let hits = rt
+        .audit(0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == idem_runtime::EventKind::DedupeHit)
+        .count();
+    assert_eq!(hits, 3, "every replay's event, the two made while down included");
+}
