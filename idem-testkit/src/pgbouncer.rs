@@ -129,11 +129,16 @@ impl PgBouncer {
             }
             cmd.args(["-u", "postgres"]);
         }
+        // Its stderr goes to a file, never to a pipe: pgbouncer also logs
+        // every refused login there, and once a pipe nobody reads is full
+        // (a database restart's burst of "server login has been failing"
+        // does it), its writes block and the pooler stops serving anyone.
+        let stderr = std::fs::File::create(root.join("stderr.txt"))?;
         let child = cmd
             .arg(root.join("pgbouncer.ini"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(stderr)
             .spawn()?;
         let script = format!(
             "while kill -0 {pid} 2>/dev/null; do sleep 1; done; kill -9 {child} 2>/dev/null; \
@@ -166,11 +171,8 @@ impl PgBouncer {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = self.child.try_wait()? {
-                let mut stderr = String::new();
-                if let Some(mut e) = self.child.stderr.take() {
-                    use std::io::Read as _;
-                    let _ = e.read_to_string(&mut stderr);
-                }
+                let stderr =
+                    std::fs::read_to_string(self.root.join("stderr.txt")).unwrap_or_default();
                 return Err(io::Error::other(format!(
                     "pgbouncer exited ({status}): {stderr}{}",
                     self.log()
