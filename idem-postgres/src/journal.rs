@@ -11,9 +11,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use crate::clock::DbClock;
 use crate::rows::{
     check_events, claim_code, digest_of, loaded, location_of, parse_config, pg, pool_failure, run,
-    space_id, Param, Type,
+    space_id, Type,
 };
-use crate::{listen, schema};
+use crate::{group, listen, schema};
 use idem_journal::clock::Clock;
 use idem_journal::error::Error;
 use idem_journal::journal::{
@@ -131,6 +131,8 @@ pub struct PostgresJournal {
     pub(crate) identities: crate::identity::Identities,
     /// Behind a pooler in transaction mode: unnamed statements only.
     pub(crate) pooler: bool,
+    /// Immediate writes waiting to share a transaction.
+    pub(crate) group: Arc<group::Group>,
 }
 
 impl std::fmt::Debug for PostgresJournal {
@@ -162,14 +164,15 @@ const LOAD: &str = concat!(
 /// What every write does after the record's own change (`rec`): its
 /// events, its notification, and the result's first five columns (the new
 /// version and epoch, the events' numbers, and the commit mode set).
-/// Parameters `$10..$14`. A macro, so that the statements below are
+/// Parameters `$10..$14` and `$16` (where this statement's events start
+/// among those of its transaction: see `group.rs`). A macro, so that the statements below are
 /// constants.
 macro_rules! write_tail {
     () => {
         "
 , ev AS (
     INSERT INTO idem_events (seq, op_key, durable, bytes)
-    SELECT (pg_current_xact_id()::text::bigint << 16) + e.ord, e.k, $12::boolean, e.b
+    SELECT (pg_current_xact_id()::text::bigint << 16) + $16::bigint + e.ord, e.k, $12::boolean, e.b
     FROM rec, unnest($10::bytea[], $11::bytea[]) WITH ORDINALITY AS e(k, b, ord)
     RETURNING seq
 ), n AS (
@@ -197,6 +200,34 @@ fn fenced(sql: &str) -> String {
     };
     debug_assert!(sql.contains(anchor));
     sql.replacen(anchor, &[anchor, FENCE].concat(), 1)
+}
+
+/// The write statements.
+#[derive(Clone, Copy)]
+enum Statement {
+    /// [`INSERT`] and [`WRITE_TAIL`].
+    Insert,
+    /// [`UPDATE`] and [`WRITE_TAIL`].
+    Update,
+    /// [`INSERT`] and [`CLAIM_TAIL`].
+    Claim,
+}
+
+/// A write statement's text, [`fenced`] behind a pooler (built once).
+fn sql_of(statement: Statement, pooler: bool) -> Arc<str> {
+    static ALL: std::sync::OnceLock<[Arc<str>; 6]> = std::sync::OnceLock::new();
+    let all = ALL.get_or_init(|| {
+        let plain = [
+            [INSERT, WRITE_TAIL].concat(),
+            [UPDATE, WRITE_TAIL].concat(),
+            [INSERT, CLAIM_TAIL].concat(),
+        ];
+        let fenced = plain.clone().map(|s| fenced(&s));
+        let [a, b, c] = plain.map(Arc::from);
+        let [d, e, f] = fenced.map(Arc::from);
+        [a, b, c, d, e, f]
+    });
+    all[statement as usize + if pooler { 3 } else { 0 }].clone()
 }
 
 /// The end of a write: a row if it happened, none if its condition failed.
@@ -363,7 +394,9 @@ impl PostgresJournal {
         if pooler {
             tracing::debug!(target: "idem::journal", location = %location, listen = options.listen_url.is_some(), "behind a connection pooler: unnamed statements, a leased worker id");
         }
+        let group = group::Group::new(pool.clone(), location.clone(), pooler);
         Ok(PostgresJournal {
+            group,
             pool,
             location,
             options: options.clone(),
@@ -470,13 +503,13 @@ impl PostgresJournal {
         if let ClaimChange::Take(owner) = &w.claim {
             self.identities.ensure(owner).await?;
         }
-        let mut sql = match w.expect {
-            Expect::Absent => [INSERT, WRITE_TAIL].concat(),
-            Expect::Version(_) => [UPDATE, WRITE_TAIL].concat(),
-        };
-        if self.pooler {
-            sql = fenced(&sql);
-        }
+        let sql = sql_of(
+            match w.expect {
+                Expect::Absent => Statement::Insert,
+                Expect::Version(_) => Statement::Update,
+            },
+            self.pooler,
+        );
         let mut row = self.execute(w, &sql).await?;
         if row.is_none() && self.rechecked(w).await? {
             row = self.execute(w, &sql).await?;
@@ -502,10 +535,7 @@ impl PostgresJournal {
         if let ClaimChange::Take(owner) = &w.claim {
             self.identities.ensure(owner).await?;
         }
-        let mut sql = [INSERT, CLAIM_TAIL].concat();
-        if self.pooler {
-            sql = fenced(&sql);
-        }
+        let sql = sql_of(Statement::Claim, self.pooler);
         let no_row = || {
             Error::storage(
                 "claim a record",
@@ -560,49 +590,41 @@ impl PostgresJournal {
         )
     }
 
-    /// Runs a write statement (`$1..$14` as [`INSERT`]/[`UPDATE`] and
-    /// [`WRITE_TAIL`] take them); its first row, if any.
-    async fn execute(&self, w: &Write<'_>, sql: &str) -> Result<Option<Row>, Error> {
-        let client = self.client().await?;
-        let expected = match w.expect {
-            Expect::Absent => 0i64,
-            Expect::Version(v) => v as i64,
-        };
+    /// Runs a write statement (`$1..$16` as [`INSERT`]/[`UPDATE`] and
+    /// [`WRITE_TAIL`] take them); its first row, if any. Immediate writes
+    /// may share a transaction with other calls' (`group.rs`).
+    async fn execute(&self, w: &Write<'_>, sql: &Arc<str>) -> Result<Option<Row>, Error> {
+        let eventual = w.durability == Durability::Eventual;
         let (worker, incarnation) = match w.claim {
-            ClaimChange::Take(o) => (Some(&*o.worker), Some(o.incarnation as i64)),
+            ClaimChange::Take(o) => (Some(o.worker.to_string()), Some(o.incarnation as i64)),
             _ => (None, None),
         };
-        let keys: Vec<Option<&[u8]>> = w.events.iter().map(|e| e.key.map(|k| &k[..])).collect();
-        let bytes: Vec<&[u8]> = w.events.iter().map(|e| e.bytes).collect();
-        let eventual = w.durability == Durability::Eventual;
-        let space = space_id(w.space);
-        let key = &w.key[..];
-        let code = claim_code(w.claim);
-        let lease = self.options.lease.as_millis() as f64;
-        let durable = !eventual;
-        let payload = listen::payload(w.space, w.key);
-        let commit = if eventual { "off" } else { "on" };
-        let holder = self.identities.holder();
-        let mut params: Vec<Param<'_>> = vec![
-            (&space, Type::INT2),
-            (&key, Type::BYTEA),
-            (&expected, Type::INT8),
-            (&w.body, Type::BYTEA),
-            (&w.escalated, Type::BOOL),
-            (&code, Type::INT4),
-            (&worker, Type::TEXT),
-            (&incarnation, Type::INT8),
-            (&lease, Type::FLOAT8),
-            (&keys, Type::BYTEA_ARRAY),
-            (&bytes, Type::BYTEA_ARRAY),
-            (&durable, Type::BOOL),
-            (&payload, Type::TEXT),
-            (&commit, Type::TEXT),
-        ];
-        if self.pooler {
-            params.push((&holder, Type::TEXT));
+        let job = group::Job {
+            sql: Arc::clone(sql),
+            space: space_id(w.space),
+            key: w.key.to_vec(),
+            expected: match w.expect {
+                Expect::Absent => 0,
+                Expect::Version(v) => v as i64,
+            },
+            body: w.body.to_vec(),
+            escalated: w.escalated,
+            code: claim_code(w.claim),
+            worker,
+            incarnation,
+            lease: self.options.lease.as_millis() as f64,
+            keys: w.events.iter().map(|e| e.key.map(|k| k.to_vec())).collect(),
+            bytes: w.events.iter().map(|e| e.bytes.to_vec()).collect(),
+            durable: !eventual,
+            payload: listen::payload(w.space, w.key),
+            commit: if eventual { "off" } else { "on" },
+            holder: self.identities.holder().to_string(),
+        };
+        if !eventual {
+            return self.group.write(job).await;
         }
-        let rows = run(&client, self.pooler, sql, &params)
+        let client = self.client().await?;
+        let rows = group::statement(&client, self.pooler, &job, 0)
             .await
             .map_err(pg("write a record", &self.location))?;
         Ok(rows.into_iter().next())

@@ -4,13 +4,18 @@
 //!
 //! What each part of the [`Journal`](idem_journal::journal::Journal) contract becomes here:
 //!
-//! - **versions and conditions**: a write is one statement (one implicit
-//!   transaction, one round trip): `UPDATE ... WHERE version = $expected`
+//! - **versions and conditions**: a write is one statement: `UPDATE ... WHERE version = $expected`
 //!   or `INSERT ... ON CONFLICT DO NOTHING`, with the audit events and the
 //!   notification in the same statement. Under READ COMMITTED a concurrent
 //!   writer of the same row makes the update wait and re-check the
 //!   condition, so of two writers with the same expectation one wins and
 //!   the other gets [`Written::Conflict`](idem_journal::journal::Written::Conflict).
+//! - **group commit across calls**: a write alone is its own implicit
+//!   transaction (one round trip); immediate writes that arrive while
+//!   several groups are being written share one transaction, their
+//!   statements pipelined in key order between `BEGIN` and `COMMIT`, so
+//!   that concurrent calls share commits (`group.rs` says why this changes
+//!   no decision, and what a failure in a group means for the others).
 //! - **claiming unread**: every read is a round trip, so the engine claims
 //!   a key before reading it ([`Journal::claim_first`](idem_journal::journal::Journal::claim_first)), and
 //!   [`Journal::claim`](idem_journal::journal::Journal::claim) is that same insert returning, in the same
@@ -53,7 +58,8 @@
 //!   (`identity.rs`), and wake-ups by polling or on a direct
 //!   [`PostgresOptions::listen_url()`] (`listen.rs`).
 //!
-//! `journal.rs` holds the contract's statements; `events.rs` the
+//! `journal.rs` holds the contract's statements; `group.rs` the writes
+//! that share a transaction; `events.rs` the
 //! commit-ordered audit stream; `listen.rs` the notifications that wake
 //! waiters in other processes; `schema.rs` the schema and its version;
 //! `clock.rs` the database's clock as this machine sees it; `rows.rs` what
@@ -63,6 +69,7 @@
 
 mod clock;
 mod events;
+mod group;
 mod identity;
 #[doc(hidden)]
 pub use identity::{lock_key as worker_lock_key, APPLICATION_NAME as WORKER_ID_APPLICATION_NAME};
