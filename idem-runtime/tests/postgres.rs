@@ -647,3 +647,160 @@ async fn a_cached_replay_needs_no_server_and_its_event_is_written_once_it_is_bac
         "every replay's event, the two made while down included"
     );
 }
+
+/// Concurrent claims of fresh keys `[i; 32]` for each `i` of `of` (two
+/// events each); what each returned, by key.
+async fn concurrent_claims(
+    j: &Arc<PostgresJournal>,
+    of: impl IntoIterator<Item = u8>,
+    body: impl Fn(u8) -> Vec<u8>,
+) -> Vec<([u8; 32], Result<Written, Error>)> {
+    let owner = Owner {
+        worker: Arc::from("grouped"),
+        incarnation: 1,
+    };
+    let tasks: Vec<_> = of
+        .into_iter()
+        .map(|i| {
+            let (j, owner, body) = (Arc::clone(j), owner.clone(), body(i));
+            tokio::spawn(async move {
+                let key = [i; 32];
+                let events = [
+                    NewEvent {
+                        key: Some(&key),
+                        bytes: b"first",
+                    },
+                    NewEvent {
+                        key: Some(&key),
+                        bytes: b"second",
+                    },
+                ];
+                let w = Write {
+                    space: Space::Ops,
+                    key: &key,
+                    expect: Expect::Absent,
+                    body: &body,
+                    claim: ClaimChange::Take(&owner),
+                    escalated: false,
+                    events: &events,
+                    durability: Durability::Immediate,
+                };
+                (key, j.write(w).await)
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_share_transactions_and_keep_their_own_events_in_order() {
+    let url = PgServer::shared().create_database().unwrap();
+    let j = Arc::new(
+        PostgresJournal::connect_with(
+            &url,
+            &options(Duration::from_secs(30), Duration::from_millis(50)),
+        )
+        .await
+        .unwrap(),
+    );
+    let wrote = concurrent_claims(&j, 0..48, |i| vec![i]).await;
+    let mut seqs = Vec::new();
+    for (key, w) in &wrote {
+        match w {
+            Ok(Written::Done { seqs: s, .. }) => {
+                assert_eq!(s.len(), 2);
+                assert!(s[0] < s[1], "a write's events in its order: {s:?}");
+                seqs.extend(s.iter().copied());
+            }
+            other => panic!("{key:?}: {other:?}"),
+        }
+        let held = j.load(Space::Ops, key).await.unwrap().unwrap();
+        assert_eq!(held.body, vec![key[0]]);
+    }
+    // Some writes shared a transaction (its id is the number's high part),
+    // and no two events share a number.
+    let transactions: std::collections::BTreeSet<u64> = seqs.iter().map(|s| s >> 16).collect();
+    assert!(
+        transactions.len() < wrote.len(),
+        "{} transactions for {} writes: none shared",
+        transactions.len(),
+        wrote.len()
+    );
+    let distinct: std::collections::BTreeSet<u64> = seqs.iter().copied().collect();
+    assert_eq!(distinct.len(), seqs.len());
+    // The stream holds each event once, in number order.
+    let stream: Vec<u64> = j
+        .events(0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    let mut expected = seqs.clone();
+    expected.sort_unstable();
+    assert_eq!(stream, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_fails_fails_its_group_and_nothing_of_the_group_is_written() {
+    let server = PgServer::shared();
+    let url = server.create_database().unwrap();
+    let j = Arc::new(
+        PostgresJournal::connect_with(
+            &url,
+            &options(Duration::from_secs(30), Duration::from_millis(50)),
+        )
+        .await
+        .unwrap(),
+    );
+    // A record the database refuses (as a failing disk or a constraint
+    // would): the statement that writes it fails.
+    server
+        .psql(
+            PgServer::database_of(&url),
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN IF NEW.body = '\\x706f69736f6e'::bytea THEN RAISE EXCEPTION 'refused'; END IF;
+             RETURN NEW; END $$;
+             CREATE TRIGGER refuse BEFORE INSERT ON idem_records FOR EACH ROW EXECUTE FUNCTION refuse();",
+        )
+        .unwrap();
+    let poison = 30u8;
+    let wrote = concurrent_claims(&j, 0..48, |i| {
+        if i == poison {
+            b"poison".to_vec()
+        } else {
+            vec![i]
+        }
+    })
+    .await;
+    let mut rolled_back = Vec::new();
+    for (key, w) in &wrote {
+        let held = j.load(Space::Ops, key).await.unwrap();
+        match w {
+            Ok(Written::Done { .. }) => {
+                assert_eq!(held.map(|h| h.body), Some(vec![key[0]]), "{key:?}")
+            }
+            Ok(other) => panic!("{key:?}: {other:?}"),
+            Err(e) => {
+                assert!(held.is_none(), "{key:?} failed ({e}) but is there");
+                if key[0] != poison {
+                    rolled_back.push(key[0]);
+                }
+            }
+        }
+    }
+    assert!(wrote[poison as usize].1.is_err());
+    assert!(
+        !rolled_back.is_empty(),
+        "the refused write shared no transaction"
+    );
+    // The writes that failed with it take when tried again.
+    for i in rolled_back {
+        let again = concurrent_claims(&j, [i], |i| vec![i]).await;
+        assert!(matches!(again[0].1, Ok(Written::Done { .. })), "{again:?}");
+    }
+}
