@@ -594,13 +594,17 @@ async fn a_cached_replay_needs_no_server_and_its_event_is_written_once_it_is_bac
     let p = ScriptedProvider::new(&[]);
     let ctx = rt.run("run");
     assert_eq!(
-        call(&ctx, t, &p, 1, "a", VerifyMode::Provider).await.unwrap(),
+        call(&ctx, t, &p, 1, "a", VerifyMode::Provider)
+            .await
+            .unwrap(),
         "done:a"
     );
     // Its event is written on its own, within the bound, without a sync.
     let mut live = rt.subscribe();
     assert_eq!(
-        call(&ctx, t, &p, 1, "a", VerifyMode::Provider).await.unwrap(),
+        call(&ctx, t, &p, 1, "a", VerifyMode::Provider)
+            .await
+            .unwrap(),
         "done:a"
     );
     let seen = tokio::time::timeout(Duration::from_secs(30), live.recv())
@@ -638,5 +642,8 @@ async fn a_cached_replay_needs_no_server_and_its_event_is_written_once_it_is_bac
         .into_iter()
         .filter(|e| e.kind == idem_runtime::EventKind::DedupeHit)
         .count();
-    assert_eq!(hits, 3, "every replay's event, the two made while down included");
+    assert_eq!(
+        hits, 3,
+        "every replay's event, the two made while down included"
+    );
 }
