@@ -117,13 +117,31 @@ impl PgPair {
     }
 
     /// The URL of database `db` on whichever server is the primary, for
-    /// tokio-postgres: both slots' socket directories as `host`s (with
-    /// their ports), tried in order, and `target_session_attrs=read-write`
-    /// so that a read-only server (the standby) is skipped.
+    /// tokio-postgres: both slots' socket directories as `host`
+    /// parameters, one each (tokio-postgres's URL form takes a unix socket
+    /// directory per `host=`, in the query; a comma there would be part of
+    /// the path), with their `port`s (these split on commas), tried in
+    /// order, and `target_session_attrs=read-write`, so that a read-only
+    /// server (the standby) is skipped. libpq reads repeated `host`s
+    /// otherwise (the last wins): for `psql`, [`PgPair::conninfo`].
     pub fn url(&self, db: &str) -> String {
         let (a, b) = (self.node(0), self.node(1));
         format!(
-            "postgres://postgres@/{db}?host={},{}&port={},{}&target_session_attrs=read-write",
+            "postgres://postgres@/{db}?host={}&host={}&port={},{}&target_session_attrs=read-write",
+            a.socket_dir().display(),
+            b.socket_dir().display(),
+            a.port(),
+            b.port()
+        )
+    }
+
+    /// [`PgPair::url`] as a `key=value` connection string
+    /// (`host=/a,/b port=p,q ...`), which libpq (`psql`) and tokio-postgres
+    /// read alike.
+    pub fn conninfo(&self, db: &str) -> String {
+        let (a, b) = (self.node(0), self.node(1));
+        format!(
+            "host={},{} port={},{} user=postgres dbname={db} target_session_attrs=read-write",
             a.socket_dir().display(),
             b.socket_dir().display(),
             a.port(),

@@ -24,7 +24,7 @@ fn commits_survive_two_failovers_and_the_url_follows_the_primary() {
             (round - 1).to_string(),
             "every acknowledged commit is on the promoted standby"
         );
-        assert_eq!(psql_url(&url, "SELECT pg_is_in_recovery()"), "f");
+        assert_eq!(psql_url(&pair.conninfo(&db), "SELECT pg_is_in_recovery()"), "f");
         pair.rebuild_standby().unwrap();
         sql(&pair, &format!("INSERT INTO t VALUES ({round})"));
         assert_eq!(
@@ -39,7 +39,7 @@ fn commits_survive_two_failovers_and_the_url_follows_the_primary() {
     }
 }
 
-/// `sql` through libpq's own reading of the multi-host URL: the read-write
+/// `sql` through libpq's own reading of the multi-host connection string: the read-write
 /// server of the two.
 fn psql_url(url: &str, sql: &str) -> String {
     let psql = idem_testkit::pg::bin_dir().unwrap().join("psql");

@@ -1,0 +1,393 @@
+//! idem's promise through a PostgreSQL failover: a primary with a
+//! synchronous standby (`idem_testkit::pg_replica::PgPair`), a runtime on
+//! the multi-host URL (`target_session_attrs=read-write`), the primary
+//! crashed (`pg_ctl stop -m immediate`) with calls in flight, the standby
+//! promoted. Every commit acknowledged before the crash is found after it
+//! (a fresh runtime replays it without calling the provider), and the
+//! calls cut off between their effect and its COMMIT are recovered with no
+//! duplicate effect: the provider-class one by sending the same key again
+//! (the provider replays it), the journal-class one by `verify`. Then a
+//! new standby is built from the promoted server and the same is done
+//! back. Also: `PostgresOptions::synchronous_standby` refuses a server
+//! without a synchronous standby, at connect and on a new connection.
+
+use std::future::Future;
+use std::time::Duration;
+
+use idem_runtime::{
+    Class, Error, PostgresJournal, PostgresOptions, Runtime, ToolDescriptor, ToolError,
+};
+use idem_testkit::engine::{call, key, tool_with, ScriptedProvider, Step, TestError, VerifyMode};
+use idem_testkit::pg::PgServer;
+use idem_testkit::pg_replica::PgPair;
+
+/// How long any one step may take before the test fails instead of hanging
+/// (a commit waiting for a standby that never comes, say).
+const STEP: Duration = Duration::from_secs(60);
+
+fn options() -> PostgresOptions {
+    PostgresOptions {
+        pool_size: 4,
+        connect_timeout: Duration::from_secs(5),
+        ..PostgresOptions::default()
+    }
+    .synchronous_standby(true)
+}
+
+async fn runtime(url: &str, worker: &str) -> Runtime {
+    bounded(
+        Runtime::builder()
+            .postgres(url)
+            .worker_id(worker)
+            .postgres_options(options())
+            .connect(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("connect {worker}: {e}"))
+}
+
+async fn bounded<T>(f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(STEP, f)
+        .await
+        .expect("a step of the test took over a minute")
+}
+
+/// The two tools: a charge (provider class: the provider dedupes on the
+/// key) and a message (journal class: the provider is asked whether it
+/// landed).
+struct Tools {
+    charge: &'static ToolDescriptor,
+    send: &'static ToolDescriptor,
+    payments: ScriptedProvider,
+    mail: ScriptedProvider,
+}
+
+impl Tools {
+    fn new() -> Tools {
+        let fast = |d: &mut ToolDescriptor| {
+            d.retry.initial = Duration::from_millis(2);
+            d.retry.max_interval = Duration::from_millis(10);
+        };
+        Tools {
+            charge: tool_with("charge", Class::Provider, fast),
+            send: tool_with("send", Class::Journal, fast),
+            payments: ScriptedProvider::deduping(&[]),
+            mail: ScriptedProvider::new(&[]),
+        }
+    }
+
+    fn of(&self, class: Class) -> (&'static ToolDescriptor, &ScriptedProvider) {
+        match class {
+            Class::Provider => (self.charge, &self.payments),
+            _ => (self.send, &self.mail),
+        }
+    }
+
+    /// One call of tool `class` for `order`, as a worker makes it.
+    async fn call(
+        &self,
+        rt: &Runtime,
+        class: Class,
+        order: u64,
+    ) -> Result<String, ToolError<TestError>> {
+        let (tool, provider) = self.of(class);
+        let body = format!("{order}");
+        bounded(call(
+            &rt.run("run"),
+            tool,
+            provider,
+            order,
+            &body,
+            VerifyMode::Provider,
+        ))
+        .await
+    }
+
+    /// The call, made again while it fails on the journal (the pool finding
+    /// the new primary), at most 50 times: what a worker's own bounded
+    /// retry of a failed tool call does.
+    async fn call_until_done(&self, rt: &Runtime, class: Class, order: u64) -> (String, u32) {
+        let mut failures = 0;
+        loop {
+            match self.call(rt, class, order).await {
+                Ok(out) => return (out, failures),
+                Err(ToolError::Journal(e)) if failures < 50 => {
+                    failures += 1;
+                    not_refused(&e);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("call {class:?} {order} after {failures} retries: {e:?}"),
+            }
+        }
+    }
+
+    fn key(&self, rt: &Runtime, class: Class, order: u64) -> String {
+        let (tool, _) = self.of(class);
+        key(&rt.run("run"), tool, order).as_str().to_string()
+    }
+}
+
+/// A journal error while the pool reconnects is expected; anything saying
+/// the server has no synchronous standby is not (the promoted server names
+/// one).
+fn not_refused(e: &Error) {
+    assert!(
+        !matches!(e, Error::NoSynchronousStandby { .. }),
+        "the promoted server was refused: {e}"
+    );
+}
+
+/// What the test knows was acknowledged: (class, order, result).
+type Acked = Vec<(Class, u64, String)>;
+
+/// Every acknowledged call replays, on a runtime that never saw it (so
+/// from the journal, not a cache), without a request to its provider.
+async fn all_replay(url: &str, worker: &str, tools: &Tools, acked: &Acked) {
+    let rt = runtime(url, worker).await;
+    let before = (tools.payments.calls(), tools.mail.calls());
+    for (class, order, result) in acked {
+        let (out, _) = tools.call_until_done(&rt, *class, *order).await;
+        assert_eq!(&out, result, "{class:?} {order} replays its result");
+    }
+    assert_eq!(
+        (tools.payments.calls(), tools.mail.calls()),
+        before,
+        "no acknowledged call reached a provider again: nothing was lost"
+    );
+}
+
+/// One failover with two calls cut off between their effect and its COMMIT
+/// and one acknowledged just before the crash; `round` numbers the orders.
+async fn failover_round(
+    pair: &mut PgPair,
+    url: &str,
+    rt: &Runtime,
+    tools: &Tools,
+    round: u64,
+    acked: &mut Acked,
+) {
+    let base = round * 1000;
+    // Acknowledged commits of both classes.
+    for i in 0..5 {
+        for class in [Class::Provider, Class::Journal] {
+            let out = tools.call(rt, class, base + i).await.unwrap();
+            acked.push((class, base + i, out));
+        }
+    }
+    // Two calls whose effects land at their providers, which then hold
+    // their answers: the COMMIT is not written yet.
+    tools.payments.hold();
+    tools.mail.hold();
+    tools.payments.push(&[Step::LandThenHeld]);
+    tools.mail.push(&[Step::LandThenHeld]);
+    let (pay_before, mail_before) = (tools.payments.calls(), tools.mail.calls());
+    let in_flight = |class: Class, order: u64| {
+        let rt = rt.clone();
+        let (tool, provider) = tools.of(class);
+        let provider = provider.clone();
+        tokio::spawn(async move {
+            let body = format!("{order}");
+            call(
+                &rt.run("run"),
+                tool,
+                &provider,
+                order,
+                &body,
+                VerifyMode::Provider,
+            )
+            .await
+        })
+    };
+    let cut_pay = in_flight(Class::Provider, base + 100);
+    let cut_mail = in_flight(Class::Journal, base + 101);
+    bounded(tools.payments.wait_requests(pay_before + 1)).await;
+    bounded(tools.mail.wait_requests(mail_before + 1)).await;
+    // One more call whose COMMIT returns right before the crash.
+    let last = tools.call(rt, Class::Journal, base + 5).await.unwrap();
+    acked.push((Class::Journal, base + 5, last));
+
+    pair.stop_immediate().unwrap();
+    // The effects are answered now; their COMMITs find no primary (one
+    // server is gone, the other is a read-only standby).
+    tools.payments.release();
+    tools.mail.release();
+    for cut in [cut_pay, cut_mail] {
+        let out = bounded(cut).await.unwrap();
+        assert!(
+            matches!(out, Err(ToolError::Journal(_))),
+            "a COMMIT without a primary fails closed: {out:?}"
+        );
+    }
+    pair.promote().unwrap();
+    // The promoted server commits nothing before a synchronous standby of
+    // its own has it.
+    pair.rebuild_standby().unwrap();
+
+    // Nothing acknowledged was lost: a fresh runtime replays it all.
+    all_replay(url, &format!("auditor-{round}"), tools, acked).await;
+    // The calls cut off are recovered without a duplicate effect.
+    let (out, _) = tools.call_until_done(rt, Class::Provider, base + 100).await;
+    assert_eq!(out, format!("done:{}", base + 100));
+    let pay_key = tools.key(rt, Class::Provider, base + 100);
+    assert_eq!(
+        tools.payments.requests_for(&pay_key),
+        2,
+        "provider class: sent again under the same key"
+    );
+    let (out, _) = tools.call_until_done(rt, Class::Journal, base + 101).await;
+    assert_eq!(out, format!("done:{}", base + 101));
+    let mail_key = tools.key(rt, Class::Journal, base + 101);
+    assert_eq!(
+        tools.mail.requests_for(&mail_key),
+        1,
+        "journal class: verify found the effect, nothing was sent again"
+    );
+    acked.push((Class::Provider, base + 100, format!("done:{}", base + 100)));
+    acked.push((Class::Journal, base + 101, format!("done:{}", base + 101)));
+    // And the worker goes on, on the new primary.
+    let out = tools.call(rt, Class::Provider, base + 6).await.unwrap();
+    acked.push((Class::Provider, base + 6, out));
+}
+
+/// Exactly one effect per key at each provider, for every call made.
+fn one_effect_each(rt: &Runtime, tools: &Tools, acked: &Acked) {
+    for (class, order, _) in acked {
+        let (_, provider) = tools.of(*class);
+        let key = tools.key(rt, *class, *order);
+        assert_eq!(
+            provider.effects_for(&key),
+            1,
+            "{class:?} {order}: exactly one effect"
+        );
+    }
+    assert_eq!(
+        tools.payments.effects() + tools.mail.effects(),
+        acked.len(),
+        "no effect under a key the test did not call"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_commits_survive_two_failovers_and_cut_off_calls_recover_once() {
+    let mut pair = PgPair::start().unwrap();
+    let url = pair.create_database().unwrap();
+    let rt = runtime(&url, "pod-1").await;
+    let tools = Tools::new();
+    let mut acked = Acked::new();
+    for round in 1..=2 {
+        let from = pair.primary_slot();
+        failover_round(&mut pair, &url, &rt, &tools, round, &mut acked).await;
+        assert_ne!(pair.primary_slot(), from, "round {round} failed over");
+        one_effect_each(&rt, &tools, &acked);
+    }
+    assert_eq!(pair.primary_slot(), 0, "there and back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_a_synchronous_standby_is_refused_when_one_is_expected() {
+    // A plain server: nothing names a standby.
+    let server = PgServer::start().unwrap();
+    let url = server.create_database().unwrap();
+    let db = PgServer::database_of(&url).to_string();
+    let refused = Runtime::builder()
+        .postgres(&url)
+        .postgres_options(options())
+        .connect()
+        .await;
+    let Err(err) = refused else {
+        panic!("a server without a synchronous standby was accepted");
+    };
+    assert!(
+        matches!(&err, Error::NoSynchronousStandby { reported, .. }
+            if reported.contains("synchronous_standby_names = ''")),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("synchronous_standby_names"),
+        "{err}"
+    );
+    assert_eq!(
+        server.idem_relations(&db).unwrap(),
+        0,
+        "nothing was written"
+    );
+    // Without the option, the same server is fine.
+    drop(
+        Runtime::connect(&url)
+            .await
+            .expect("no check without the option"),
+    );
+
+    // A standby named, but the journal's session commits without waiting
+    // for it (a database's setting counts: the check reads the session's).
+    server
+        .psql(
+            "postgres",
+            &format!("ALTER DATABASE \"{db}\" SET synchronous_commit = local"),
+        )
+        .unwrap();
+    server
+        .psql(
+            "postgres",
+            "ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
+        )
+        .unwrap();
+    server.psql("postgres", "SELECT pg_reload_conf()").unwrap();
+    let mut reported = String::new();
+    for _ in 0..100 {
+        match PostgresJournal::connect_with(&url, &options()).await {
+            Err(Error::NoSynchronousStandby { reported: r, .. }) => reported = r,
+            other => panic!("a session that does not wait for the standby was accepted: {other:?}"),
+        }
+        if reported.contains("'nobody'") {
+            break;
+        }
+        // The reload reaches new sessions soon, not at once.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        reported.contains("synchronous_standby_names = 'nobody'"),
+        "{reported}"
+    );
+    assert!(
+        reported.contains("synchronous_commit = 'local'"),
+        "{reported}"
+    );
+
+    // The replicated pair is accepted, and works.
+    let pair = PgPair::start().unwrap();
+    let url = pair.create_database().unwrap();
+    let rt = runtime(&url, "pod-2").await;
+    let tools = Tools::new();
+    assert_eq!(tools.call(&rt, Class::Provider, 1).await.unwrap(), "done:1");
+    // A new connection is checked too: the primary, restarted without its
+    // standby named, is refused once the pool reconnects.
+    let primary = pair.primary();
+    primary
+        .psql(
+            "postgres",
+            "ALTER SYSTEM SET synchronous_standby_names = ''",
+        )
+        .unwrap();
+    primary.restart_immediate().unwrap();
+    let mut outcome = tools.call(&rt, Class::Provider, 2).await;
+    for _ in 0..50 {
+        match &outcome {
+            Err(ToolError::Journal(Error::NoSynchronousStandby { .. })) => break,
+            Err(ToolError::Journal(_)) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                outcome = tools.call(&rt, Class::Provider, 2).await;
+            }
+            _ => break,
+        }
+    }
+    let Err(ToolError::Journal(err)) = outcome else {
+        panic!("a server that stopped replicating synchronously was used: {outcome:?}");
+    };
+    assert!(
+        matches!(&err, Error::NoSynchronousStandby { reported, .. }
+            if reported.contains("synchronous_standby_names = ''")),
+        "{err}"
+    );
+    assert_eq!(tools.payments.calls(), 1, "nothing was sent on it");
+}
