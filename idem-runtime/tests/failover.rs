@@ -156,14 +156,49 @@ async fn all_replay(url: &str, worker: &str, tools: &Tools, acked: &Acked) {
     );
 }
 
-/// One failover with two calls cut off between their effect and its COMMIT
-/// and one acknowledged just before the crash; `round` numbers the orders.
+/// Where the primary's crash cuts the calls in flight off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Their effects landed, their COMMITs are not sent yet.
+    BeforeCommit,
+    /// The standby is down: their COMMITs (and a new call's INTENT) are
+    /// written on the primary and wait for the standby; the crash comes
+    /// before it is back, so the promoted server never has them (they were
+    /// never acknowledged either).
+    CommitUnreplicated,
+}
+
+/// The orders of one round's calls cut off by the crash: a charge and a
+/// message whose effects landed, and (with [`Cut::CommitUnreplicated`]) a
+/// message whose INTENT waits for the standby.
+const CUT: [(Class, u64); 3] = [
+    (Class::Provider, 100),
+    (Class::Journal, 101),
+    (Class::Journal, 102),
+];
+
+/// How many of the primary's sessions wait for the synchronous standby.
+fn waiting_for_standby(pair: &PgPair) -> usize {
+    pair.primary()
+        .psql(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+        )
+        .map(|out| out.trim().parse().unwrap_or(0))
+        .unwrap_or(0)
+}
+
+/// One failover: acknowledged calls of both classes, calls cut off by the
+/// crash where `cut` says, one acknowledged right before it; then every
+/// acknowledged call is found and the cut-off ones recovered once each.
+/// `round` numbers the orders.
 async fn failover_round(
     pair: &mut PgPair,
     url: &str,
     rt: &Runtime,
     tools: &Tools,
     round: u64,
+    cut: Cut,
     acked: &mut Acked,
 ) {
     let base = round * 1000;
@@ -175,13 +210,13 @@ async fn failover_round(
         }
     }
     // Two calls whose effects land at their providers, which then hold
-    // their answers: the COMMIT is not written yet.
+    // their answers: their COMMITs are not written yet.
     tools.payments.hold();
     tools.mail.hold();
     tools.payments.push(&[Step::LandThenHeld]);
     tools.mail.push(&[Step::LandThenHeld]);
     let (pay_before, mail_before) = (tools.payments.calls(), tools.mail.calls());
-    let in_flight = |class: Class, order: u64| {
+    let spawn = |class: Class, order: u64| {
         let rt = rt.clone();
         let (tool, provider) = tools.of(class);
         let provider = provider.clone();
@@ -198,25 +233,53 @@ async fn failover_round(
             .await
         })
     };
-    let cut_pay = in_flight(Class::Provider, base + 100);
-    let cut_mail = in_flight(Class::Journal, base + 101);
+    let mut in_flight = vec![
+        (CUT[0], spawn(Class::Provider, base + CUT[0].1)),
+        (CUT[1], spawn(Class::Journal, base + CUT[1].1)),
+    ];
     bounded(tools.payments.wait_requests(pay_before + 1)).await;
     bounded(tools.mail.wait_requests(mail_before + 1)).await;
     // One more call whose COMMIT returns right before the crash.
     let last = tools.call(rt, Class::Journal, base + 5).await.unwrap();
     acked.push((Class::Journal, base + 5, last));
 
+    if cut == Cut::CommitUnreplicated {
+        pair.stop_standby().unwrap();
+        // The held answers come: the COMMITs are written and wait for the
+        // standby, and so does a new call's INTENT.
+        tools.payments.release();
+        tools.mail.release();
+        in_flight.push((CUT[2], spawn(Class::Journal, base + CUT[2].1)));
+        let deadline = tokio::time::Instant::now() + STEP;
+        // (A journal that did not wait would finish them instead.)
+        while waiting_for_standby(pair) < 3 && !in_flight.iter().all(|(_, t)| t.is_finished()) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the writes never waited for the standby"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
     pair.stop_immediate().unwrap();
-    // The effects are answered now; their COMMITs find no primary (one
-    // server is gone, the other is a read-only standby).
-    tools.payments.release();
-    tools.mail.release();
-    for cut in [cut_pay, cut_mail] {
-        let out = bounded(cut).await.unwrap();
-        assert!(
-            matches!(out, Err(ToolError::Journal(_))),
-            "a COMMIT without a primary fails closed: {out:?}"
-        );
+    if cut == Cut::BeforeCommit {
+        // The answers come now; the COMMITs find no primary (one server is
+        // gone, the other is a read-only standby).
+        tools.payments.release();
+        tools.mail.release();
+    } else {
+        // The standby comes back with what it had: not those writes.
+        pair.start_standby().unwrap();
+    }
+    let mut cut_off = Vec::new();
+    for ((class, order), task) in in_flight {
+        match bounded(task).await.unwrap() {
+            // Acknowledged: it must be found after the failover like the
+            // others (a journal that acknowledged a write the standby did
+            // not have would lose it here).
+            Ok(out) => acked.push((class, base + order, out)),
+            Err(ToolError::Journal(_)) => cut_off.push((class, base + order)),
+            Err(e) => panic!("{class:?} {order} cut off by the crash: {e:?}"),
+        }
     }
     pair.promote().unwrap();
     // The promoted server commits nothing before a synchronous standby of
@@ -225,28 +288,44 @@ async fn failover_round(
 
     // Nothing acknowledged was lost: a fresh runtime replays it all.
     all_replay(url, &format!("auditor-{round}"), tools, acked).await;
-    // The calls cut off are recovered without a duplicate effect.
-    let (out, _) = tools.call_until_done(rt, Class::Provider, base + 100).await;
-    assert_eq!(out, format!("done:{}", base + 100));
-    let pay_key = tools.key(rt, Class::Provider, base + 100);
-    assert_eq!(
-        tools.payments.requests_for(&pay_key),
-        2,
-        "provider class: sent again under the same key"
-    );
-    let (out, _) = tools.call_until_done(rt, Class::Journal, base + 101).await;
-    assert_eq!(out, format!("done:{}", base + 101));
-    let mail_key = tools.key(rt, Class::Journal, base + 101);
-    assert_eq!(
-        tools.mail.requests_for(&mail_key),
-        1,
-        "journal class: verify found the effect, nothing was sent again"
-    );
-    acked.push((Class::Provider, base + 100, format!("done:{}", base + 100)));
-    acked.push((Class::Journal, base + 101, format!("done:{}", base + 101)));
+    // The calls cut off are recovered, each with one effect: the charge by
+    // sending its key again (the provider replays it), a message by
+    // `verify` (nothing is sent again) or, if its INTENT was lost, sent
+    // once.
+    let cut_count = cut_off.len();
+    let mut journal_retries = 0;
+    for (class, order) in cut_off {
+        let (out, retries) = tools.call_until_done(rt, class, order).await;
+        assert_eq!(out, format!("done:{order}"));
+        let key = tools.key(rt, class, order);
+        let (_, provider) = tools.of(class);
+        let expected = if class == Class::Provider { 2 } else { 1 };
+        assert_eq!(
+            provider.requests_for(&key),
+            expected,
+            "{class:?} {order}: requests after recovery ({retries} retries on the journal)"
+        );
+        assert_eq!(
+            provider.effects_for(&key),
+            1,
+            "{class:?} {order}: one effect"
+        );
+        acked.push((class, order, out));
+        journal_retries += retries;
+    }
     // And the worker goes on, on the new primary.
     let out = tools.call(rt, Class::Provider, base + 6).await.unwrap();
     acked.push((Class::Provider, base + 6, out));
+    eprintln!(
+        "round {round} ({cut:?}): {} acknowledged so far, {cut_count} cut off and recovered \
+         ({journal_retries} journal errors retried), primary now in slot {}",
+        acked.len(),
+        pair.primary_slot()
+    );
+    // The crash did cut them all off: none of them could be acknowledged
+    // without a standby that has it.
+    let expected_cut = if cut == Cut::BeforeCommit { 2 } else { 3 };
+    assert_eq!(cut_count, expected_cut, "calls cut off by the crash");
 }
 
 /// Exactly one effect per key at each provider, for every call made.
@@ -274,9 +353,9 @@ async fn acknowledged_commits_survive_two_failovers_and_cut_off_calls_recover_on
     let rt = runtime(&url, "pod-1").await;
     let tools = Tools::new();
     let mut acked = Acked::new();
-    for round in 1..=2 {
+    for (round, cut) in [(1, Cut::BeforeCommit), (2, Cut::CommitUnreplicated)] {
         let from = pair.primary_slot();
-        failover_round(&mut pair, &url, &rt, &tools, round, &mut acked).await;
+        failover_round(&mut pair, &url, &rt, &tools, round, cut, &mut acked).await;
         assert_ne!(pair.primary_slot(), from, "round {round} failed over");
         one_effect_each(&rt, &tools, &acked);
     }

@@ -166,6 +166,30 @@ impl PgPair {
         self.primary().stop_immediate()
     }
 
+    /// Stops the standby (`pg_ctl stop -m fast`): the primary's commits
+    /// wait for it from now on (none is acknowledged), until
+    /// [`PgPair::start_standby`]. Its WAL ends here: crash the primary now
+    /// and start it again, and a promotion finds only what it had.
+    pub fn stop_standby(&mut self) -> io::Result<()> {
+        let node = self
+            .standby()
+            .ok_or_else(|| io::Error::other("no standby to stop"))?;
+        let mut c = node.command("pg_ctl");
+        c.arg("-D")
+            .arg(&node.data)
+            .args(["stop", "-m", "fast", "-w"]);
+        run(c, "pg_ctl stop (the standby)").map(drop)
+    }
+
+    /// Starts the standby stopped by [`PgPair::stop_standby`] again (it
+    /// reconnects to the primary, if that is still running).
+    pub fn start_standby(&mut self) -> io::Result<()> {
+        let node = self
+            .standby()
+            .ok_or_else(|| io::Error::other("no standby to start"))?;
+        node.start_again()
+    }
+
     /// Promotes the standby (`pg_ctl promote`) and waits until it is out of
     /// recovery (`pg_is_in_recovery()` false): it is the primary from now
     /// on, and has no standby until [`PgPair::rebuild_standby`] (its

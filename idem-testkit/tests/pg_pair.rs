@@ -24,7 +24,10 @@ fn commits_survive_two_failovers_and_the_url_follows_the_primary() {
             (round - 1).to_string(),
             "every acknowledged commit is on the promoted standby"
         );
-        assert_eq!(psql_url(&pair.conninfo(&db), "SELECT pg_is_in_recovery()"), "f");
+        assert_eq!(
+            psql_url(&pair.conninfo(&db), "SELECT pg_is_in_recovery()"),
+            "f"
+        );
         pair.rebuild_standby().unwrap();
         sql(&pair, &format!("INSERT INTO t VALUES ({round})"));
         assert_eq!(
