@@ -141,19 +141,16 @@ fn not_refused(e: &Error) {
 type Acked = Vec<(Class, u64, String)>;
 
 /// Every acknowledged call replays, on a runtime that never saw it (so
-/// from the journal, not a cache), without a request to its provider.
-async fn all_replay(url: &str, worker: &str, tools: &Tools, acked: &Acked) {
+/// from the journal, not a cache), without a request to its provider;
+/// returns how many did reach it (lost from the journal).
+async fn all_replay(url: &str, worker: &str, tools: &Tools, acked: &Acked) -> usize {
     let rt = runtime(url, worker).await;
     let before = (tools.payments.calls(), tools.mail.calls());
     for (class, order, result) in acked {
         let (out, _) = tools.call_until_done(&rt, *class, *order).await;
         assert_eq!(&out, result, "{class:?} {order} replays its result");
     }
-    assert_eq!(
-        (tools.payments.calls(), tools.mail.calls()),
-        before,
-        "no acknowledged call reached a provider again: nothing was lost"
-    );
+    tools.payments.calls() + tools.mail.calls() - before.0 - before.1
 }
 
 /// Where the primary's crash cuts the calls in flight off.
@@ -172,9 +169,9 @@ enum Cut {
 /// message whose effects landed, and (with [`Cut::CommitUnreplicated`]) a
 /// message whose INTENT waits for the standby.
 const CUT: [(Class, u64); 3] = [
-    (Class::Provider, 100),
-    (Class::Journal, 101),
-    (Class::Journal, 102),
+    (Class::Provider, 60_000),
+    (Class::Journal, 60_001),
+    (Class::Journal, 60_002),
 ];
 
 /// How many of the primary's sessions wait for the synchronous standby.
@@ -199,11 +196,12 @@ async fn failover_round(
     tools: &Tools,
     round: u64,
     cut: Cut,
+    calls: u64,
     acked: &mut Acked,
 ) {
-    let base = round * 1000;
+    let base = round * 100_000;
     // Acknowledged commits of both classes.
-    for i in 0..5 {
+    for i in 0..calls {
         for class in [Class::Provider, Class::Journal] {
             let out = tools.call(rt, class, base + i).await.unwrap();
             acked.push((class, base + i, out));
@@ -240,8 +238,8 @@ async fn failover_round(
     bounded(tools.payments.wait_requests(pay_before + 1)).await;
     bounded(tools.mail.wait_requests(mail_before + 1)).await;
     // One more call whose COMMIT returns right before the crash.
-    let last = tools.call(rt, Class::Journal, base + 5).await.unwrap();
-    acked.push((Class::Journal, base + 5, last));
+    let last = tools.call(rt, Class::Journal, base + 50_000).await.unwrap();
+    acked.push((Class::Journal, base + 50_000, last));
 
     if cut == Cut::CommitUnreplicated {
         pair.stop_standby().unwrap();
@@ -287,7 +285,11 @@ async fn failover_round(
     pair.rebuild_standby().unwrap();
 
     // Nothing acknowledged was lost: a fresh runtime replays it all.
-    all_replay(url, &format!("auditor-{round}"), tools, acked).await;
+    let lost = all_replay(url, &format!("auditor-{round}"), tools, acked).await;
+    assert_eq!(
+        lost, 0,
+        "no acknowledged call reached a provider again: nothing was lost"
+    );
     // The calls cut off are recovered, each with one effect: the charge by
     // sending its key again (the provider replays it), a message by
     // `verify` (nothing is sent again) or, if its INTENT was lost, sent
@@ -314,8 +316,11 @@ async fn failover_round(
         journal_retries += retries;
     }
     // And the worker goes on, on the new primary.
-    let out = tools.call(rt, Class::Provider, base + 6).await.unwrap();
-    acked.push((Class::Provider, base + 6, out));
+    let out = tools
+        .call(rt, Class::Provider, base + 50_001)
+        .await
+        .unwrap();
+    acked.push((Class::Provider, base + 50_001, out));
     eprintln!(
         "round {round} ({cut:?}): {} acknowledged so far, {cut_count} cut off and recovered \
          ({journal_retries} journal errors retried), primary now in slot {}",
@@ -326,6 +331,19 @@ async fn failover_round(
     // without a standby that has it.
     let expected_cut = if cut == Cut::BeforeCommit { 2 } else { 3 };
     assert_eq!(cut_count, expected_cut, "calls cut off by the crash");
+}
+
+/// Effects beyond the first under any key the test called.
+fn duplicates(rt: &Runtime, tools: &Tools, acked: &Acked) -> usize {
+    acked
+        .iter()
+        .map(|(class, order, _)| {
+            let (_, provider) = tools.of(*class);
+            provider
+                .effects_for(&tools.key(rt, *class, *order))
+                .saturating_sub(1)
+        })
+        .sum()
 }
 
 /// Exactly one effect per key at each provider, for every call made.
@@ -355,7 +373,7 @@ async fn acknowledged_commits_survive_two_failovers_and_cut_off_calls_recover_on
     let mut acked = Acked::new();
     for (round, cut) in [(1, Cut::BeforeCommit), (2, Cut::CommitUnreplicated)] {
         let from = pair.primary_slot();
-        failover_round(&mut pair, &url, &rt, &tools, round, cut, &mut acked).await;
+        failover_round(&mut pair, &url, &rt, &tools, round, cut, 5, &mut acked).await;
         assert_ne!(pair.primary_slot(), from, "round {round} failed over");
         one_effect_each(&rt, &tools, &acked);
     }
@@ -469,4 +487,41 @@ async fn a_server_without_a_synchronous_standby_is_refused_when_one_is_expected(
         "{err}"
     );
     assert_eq!(tools.payments.calls(), 1, "nothing was sent on it");
+}
+
+/// Many failovers back and forth, alternating the cut points, with many
+/// calls each: `IDEM_FAILOVERS` (default 20) rounds of
+/// `IDEM_FAILOVER_CALLS` (default 50) acknowledged calls of each class.
+/// Prints `failovers=N calls=M duplicates=0 lost=0`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: many failovers; cargo test --test failover -- --ignored --nocapture"]
+async fn many_failovers_lose_nothing_and_duplicate_nothing() {
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (failovers, calls) = (var("IDEM_FAILOVERS", 20), var("IDEM_FAILOVER_CALLS", 50));
+    let mut pair = PgPair::start().unwrap();
+    let url = pair.create_database().unwrap();
+    let rt = runtime(&url, "pod-long").await;
+    let tools = Tools::new();
+    let mut acked = Acked::new();
+    for round in 1..=failovers {
+        let cut = if round % 2 == 1 {
+            Cut::BeforeCommit
+        } else {
+            Cut::CommitUnreplicated
+        };
+        failover_round(&mut pair, &url, &rt, &tools, round, cut, calls, &mut acked).await;
+    }
+    let lost = all_replay(&url, "auditor-last", &tools, &acked).await;
+    let duplicates = duplicates(&rt, &tools, &acked);
+    println!(
+        "failovers={failovers} calls={} duplicates={duplicates} lost={lost}",
+        acked.len()
+    );
+    assert_eq!((duplicates, lost), (0, 0));
+    one_effect_each(&rt, &tools, &acked);
 }

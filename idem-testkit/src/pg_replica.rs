@@ -297,7 +297,7 @@ fn wait_for(server: &PgServer, db: &str, sql: &str, what: &str) -> io::Result<()
     while Instant::now() < deadline {
         match server.psql(db, sql) {
             Ok(out) if out.trim() == "t" => return Ok(()),
-            Ok(out) => last = out,
+            Ok(out) => last = out.trim().to_string(),
             Err(e) => last = e.to_string(),
         }
         std::thread::sleep(Duration::from_millis(20));
