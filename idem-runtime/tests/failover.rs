@@ -153,6 +153,31 @@ async fn all_replay(url: &str, worker: &str, tools: &Tools, acked: &Acked) -> us
     tools.payments.calls() + tools.mail.calls() - before.0 - before.1
 }
 
+/// A replicated pair, a runtime on its multi-host URL, the providers, and
+/// what was acknowledged.
+struct World {
+    pair: PgPair,
+    url: String,
+    rt: Runtime,
+    tools: Tools,
+    acked: Acked,
+}
+
+impl World {
+    async fn start(worker: &str) -> World {
+        let pair = PgPair::start().unwrap();
+        let url = pair.create_database().unwrap();
+        let rt = runtime(&url, worker).await;
+        World {
+            pair,
+            url,
+            rt,
+            tools: Tools::new(),
+            acked: Acked::new(),
+        }
+    }
+}
+
 /// Where the primary's crash cuts the calls in flight off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cut {
@@ -189,16 +214,9 @@ fn waiting_for_standby(pair: &PgPair) -> usize {
 /// crash where `cut` says, one acknowledged right before it; then every
 /// acknowledged call is found and the cut-off ones recovered once each.
 /// `round` numbers the orders.
-async fn failover_round(
-    pair: &mut PgPair,
-    url: &str,
-    rt: &Runtime,
-    tools: &Tools,
-    round: u64,
-    cut: Cut,
-    calls: u64,
-    acked: &mut Acked,
-) {
+async fn failover_round(w: &mut World, round: u64, cut: Cut, calls: u64) {
+    let (pair, url, rt, tools, acked) =
+        (&mut w.pair, w.url.as_str(), &w.rt, &w.tools, &mut w.acked);
     let base = round * 100_000;
     // Acknowledged commits of both classes.
     for i in 0..calls {
@@ -366,18 +384,14 @@ fn one_effect_each(rt: &Runtime, tools: &Tools, acked: &Acked) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_commits_survive_two_failovers_and_cut_off_calls_recover_once() {
-    let mut pair = PgPair::start().unwrap();
-    let url = pair.create_database().unwrap();
-    let rt = runtime(&url, "pod-1").await;
-    let tools = Tools::new();
-    let mut acked = Acked::new();
+    let mut w = World::start("pod-1").await;
     for (round, cut) in [(1, Cut::BeforeCommit), (2, Cut::CommitUnreplicated)] {
-        let from = pair.primary_slot();
-        failover_round(&mut pair, &url, &rt, &tools, round, cut, 5, &mut acked).await;
-        assert_ne!(pair.primary_slot(), from, "round {round} failed over");
-        one_effect_each(&rt, &tools, &acked);
+        let from = w.pair.primary_slot();
+        failover_round(&mut w, round, cut, 5).await;
+        assert_ne!(w.pair.primary_slot(), from, "round {round} failed over");
+        one_effect_each(&w.rt, &w.tools, &w.acked);
     }
-    assert_eq!(pair.primary_slot(), 0, "there and back");
+    assert_eq!(w.pair.primary_slot(), 0, "there and back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -503,25 +517,21 @@ async fn many_failovers_lose_nothing_and_duplicate_nothing() {
             .unwrap_or(default)
     };
     let (failovers, calls) = (var("IDEM_FAILOVERS", 20), var("IDEM_FAILOVER_CALLS", 50));
-    let mut pair = PgPair::start().unwrap();
-    let url = pair.create_database().unwrap();
-    let rt = runtime(&url, "pod-long").await;
-    let tools = Tools::new();
-    let mut acked = Acked::new();
+    let mut w = World::start("pod-long").await;
     for round in 1..=failovers {
         let cut = if round % 2 == 1 {
             Cut::BeforeCommit
         } else {
             Cut::CommitUnreplicated
         };
-        failover_round(&mut pair, &url, &rt, &tools, round, cut, calls, &mut acked).await;
+        failover_round(&mut w, round, cut, calls).await;
     }
-    let lost = all_replay(&url, "auditor-last", &tools, &acked).await;
-    let duplicates = duplicates(&rt, &tools, &acked);
+    let lost = all_replay(&w.url, "auditor-last", &w.tools, &w.acked).await;
+    let duplicates = duplicates(&w.rt, &w.tools, &w.acked);
     println!(
         "failovers={failovers} calls={} duplicates={duplicates} lost={lost}",
-        acked.len()
+        w.acked.len()
     );
     assert_eq!((duplicates, lost), (0, 0));
-    one_effect_each(&rt, &tools, &acked);
+    one_effect_each(&w.rt, &w.tools, &w.acked);
 }
