@@ -417,6 +417,7 @@ async fn a_server_without_a_synchronous_standby_is_refused_when_one_is_expected(
         err.to_string().contains("synchronous_standby_names"),
         "{err}"
     );
+    eprintln!("refused: {err}");
     assert_eq!(
         server.idem_relations(&db).unwrap(),
         0,
