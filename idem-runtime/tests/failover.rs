@@ -504,6 +504,65 @@ async fn a_server_without_a_synchronous_standby_is_refused_when_one_is_expected(
     assert_eq!(tools.payments.calls(), 1, "nothing was sent on it");
 }
 
+/// Why the option exists: with asynchronous replication a failover loses
+/// what the standby had not received, acknowledged or not, and an
+/// `at_most_once` call whose INTENT is lost that way is made again (the
+/// README's "what asynchronous replication would lose"). The option
+/// refuses such a pair outright.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_synchronous_standby_a_failover_makes_an_acknowledged_call_twice() {
+    let mut pair = PgPair::start_asynchronous().unwrap();
+    let url = pair.create_database().unwrap();
+    let Err(err) = PostgresJournal::connect_with(&url, &options()).await else {
+        panic!("the option accepted a pair that replicates asynchronously");
+    };
+    assert!(matches!(err, Error::NoSynchronousStandby { .. }), "{err}");
+
+    // Without the option the runtime runs on it. While the standby lags
+    // (here: is down), the primary acknowledges a call's INTENT and COMMIT
+    // alone.
+    let plain = PostgresOptions {
+        synchronous_standby: false,
+        ..options()
+    };
+    let connect = |worker: &'static str| {
+        Runtime::builder()
+            .postgres(&url)
+            .worker_id(worker)
+            .postgres_options(plain.clone())
+            .connect()
+    };
+    let rt = bounded(connect("pod-async")).await.unwrap();
+    let wire = tool_with("wire", Class::AtMostOnce, |_| {});
+    let bank = ScriptedProvider::new(&[]);
+    pair.stop_standby().unwrap();
+    let out = bounded(call(&rt.run("run"), wire, &bank, 1, "1", VerifyMode::None)).await;
+    assert_eq!(out.unwrap(), "done:1", "acknowledged");
+    pair.stop_immediate().unwrap();
+    pair.start_standby().unwrap();
+    pair.promote().unwrap();
+
+    // A worker that never saw the call (its own died with the primary,
+    // say) finds no INTENT, so the call is made again.
+    let other = bounded(connect("pod-async-2")).await.unwrap();
+    let out = bounded(call(
+        &other.run("run"),
+        wire,
+        &bank,
+        1,
+        "1",
+        VerifyMode::None,
+    ))
+    .await;
+    assert_eq!(out.unwrap(), "done:1");
+    let key = key(&other.run("run"), wire, 1);
+    assert_eq!(
+        bank.effects_for(key.as_str()),
+        2,
+        "the acknowledged call was lost with the primary and made again: a duplicate effect"
+    );
+}
+
 /// Many failovers back and forth, alternating the cut points, with many
 /// calls each: `IDEM_FAILOVERS` (default 20) rounds of
 /// `IDEM_FAILOVER_CALLS` (default 50) acknowledged calls of each class.

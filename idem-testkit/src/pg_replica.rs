@@ -20,6 +20,11 @@
 //! `synchronous_standby_names` from the start, so until a new standby of it
 //! connects its commits wait (none is acknowledged that only it has).
 //!
+//! [`PgPair::start_asynchronous`] makes a pair without
+//! `synchronous_standby_names`, and [`PgPair::stop_standby`] a standby
+//! that lags (is down): what asynchronous replication loses at a failover
+//! can then be shown, deterministically.
+//!
 //! Cleanup is [`PgServer`]'s: both servers are stopped (`-m immediate`) and
 //! the directory removed when the pair is dropped, and one watchdog shell
 //! stops both slots' servers should the test process be killed outright.
@@ -49,6 +54,9 @@ pub struct PgPair {
     primary: usize,
     /// Whether the other slot holds a running standby.
     standby_up: bool,
+    /// Whether the primary names its standby in
+    /// `synchronous_standby_names` (else it replicates asynchronously).
+    synchronous: bool,
     watchdog: Option<std::process::Child>,
     databases: AtomicU64,
 }
@@ -63,6 +71,19 @@ impl PgPair {
     /// [`PgPair::start`] with options (the standby copies the primary's
     /// settings).
     pub fn start_with(options: &PgServerOptions) -> io::Result<PgPair> {
+        PgPair::start_replicating(options, true)
+    }
+
+    /// A pair that replicates *asynchronously*: no `synchronous_standby_names`
+    /// on either server, so the primary acknowledges commits its standby
+    /// may not have (what a failover then loses, for tests that show it).
+    /// Otherwise as [`PgPair::start`]; the standby is streaming when it
+    /// returns.
+    pub fn start_asynchronous() -> io::Result<PgPair> {
+        PgPair::start_replicating(&PgServerOptions::default(), false)
+    }
+
+    fn start_replicating(options: &PgServerOptions, synchronous: bool) -> io::Result<PgPair> {
         let root = fresh_root("pg-pair")?;
         let a = PgServer::unstarted(root.join("a"))?;
         let b = PgServer::unstarted(root.join("b"))?;
@@ -72,13 +93,14 @@ impl PgPair {
             nodes: [Some(a), Some(b)],
             primary: 0,
             standby_up: false,
+            synchronous,
             watchdog: Some(child),
             databases: AtomicU64::new(0),
         };
         let replication = format!(
             "wal_level = replica\nmax_wal_senders = 8\nhot_standby = on\n\
              synchronous_commit = on\nsynchronous_standby_names = '{}'\n",
-            NAMES[1]
+            pair.standby_name(1)
         );
         let primary = pair.node(0);
         primary.initdb(options, &replication)?;
@@ -91,6 +113,16 @@ impl PgPair {
         primary.start_again()?;
         pair.make_standby()?;
         Ok(pair)
+    }
+
+    /// What a primary names in `synchronous_standby_names` for a standby
+    /// in `slot`: its `application_name`, or nothing when asynchronous.
+    fn standby_name(&self, slot: usize) -> &'static str {
+        if self.synchronous {
+            NAMES[slot]
+        } else {
+            ""
+        }
     }
 
     fn node(&self, slot: usize) -> &PgServer {
@@ -234,7 +266,7 @@ impl PgPair {
             "postgres",
             &format!(
                 "ALTER SYSTEM SET synchronous_standby_names = '{}'",
-                NAMES[slot]
+                self.standby_name(slot)
             ),
         )?;
         primary.psql("postgres", "SELECT pg_reload_conf()")?;
@@ -265,7 +297,7 @@ impl PgPair {
             primary_sock = primary.socket_dir().display(),
             port = primary.port(),
             name = NAMES[slot],
-            peer = NAMES[1 - slot],
+            peer = self.standby_name(1 - slot),
         );
         append(&node.data.join("postgresql.auto.conf"), &own)?;
         node.start_again()?;
@@ -274,17 +306,23 @@ impl PgPair {
     }
 
     /// Waits until the standby is connected to the primary as its
-    /// synchronous standby (`pg_stat_replication.sync_state = 'sync'`).
+    /// synchronous standby (`pg_stat_replication.sync_state = 'sync'`), or
+    /// streaming, for a pair made by [`PgPair::start_asynchronous`].
     pub fn wait_synchronous(&self) -> io::Result<()> {
         let name = NAMES[1 - self.primary];
+        let (state, what) = if self.synchronous {
+            ("sync_state = 'sync'", "synchronous")
+        } else {
+            ("state = 'streaming'", "streaming")
+        };
         wait_for(
             self.primary(),
             "postgres",
             &format!(
                 "SELECT EXISTS (SELECT 1 FROM pg_stat_replication \
-                 WHERE application_name = '{name}' AND sync_state = 'sync')"
+                 WHERE application_name = '{name}' AND {state})"
             ),
-            "synchronous",
+            what,
         )
     }
 }
