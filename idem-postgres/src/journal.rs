@@ -129,11 +129,15 @@ impl PostgresOptions {
     /// `target_session_attrs=read-write`, so that the pool's new
     /// connections find the promoted server:
     ///
-    /// ```
-    /// let options = idem_postgres::PostgresOptions::default().synchronous_standby(true);
-    /// assert!(options.synchronous_standby);
-    /// let url = "postgres://idem@db-a:5432,db-b:5432/idem?target_session_attrs=read-write";
-    /// # let _ = url;
+    /// ```no_run
+    /// # async fn f() -> Result<(), idem_journal::error::Error> {
+    /// use idem_postgres::{PostgresJournal, PostgresOptions};
+    /// let journal = PostgresJournal::connect_with(
+    ///     "postgres://idem@db-a:5432,db-b:5432/idem?target_session_attrs=read-write",
+    ///     &PostgresOptions::default().synchronous_standby(true),
+    /// )
+    /// .await?;
+    /// # Ok(()) }
     /// ```
     pub fn synchronous_standby(mut self, expected: bool) -> Self {
         self.synchronous_standby = expected;
