@@ -52,6 +52,27 @@ pub enum Error {
         /// The journal's location.
         location: String,
     },
+    /// The journal was told that its database has a synchronous standby
+    /// (idem-postgres's `PostgresOptions::synchronous_standby`) and the
+    /// server says it has none configured: a commit it acknowledges could
+    /// be missing from the standby that a failover promotes, and idem's
+    /// promise (no duplicate effect, nothing lost) would not hold through
+    /// that failover. Refused before anything was written (at connect), or
+    /// before the statement ran (on a new connection, e.g. to a server
+    /// promoted without a standby of its own).
+    #[error(
+        "no synchronous standby at {location}: the server reports {reported}; the journal was \
+         told to expect one (PostgresOptions::synchronous_standby), so it refuses to run: a \
+         commit the server acknowledges could be lost at a failover. Name the standby in \
+         synchronous_standby_names with synchronous_commit = on (or remote_apply, \
+         remote_write) on the primary, or drop the option if the database is not replicated"
+    )]
+    NoSynchronousStandby {
+        /// The journal's location.
+        location: String,
+        /// What the server reported, as `setting = 'value'` pairs.
+        reported: String,
+    },
     /// The directory exists but is not an idem journal; nothing was written.
     #[error("{path} is not an idem journal ({detail}); refusing to touch it")]
     NotAJournal {

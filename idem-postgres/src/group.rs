@@ -265,26 +265,33 @@ async fn in_order(
         .collect()
 }
 
-/// The same failure for each of `n` writes (the first gets it, the others
-/// a copy of its kind whose cause is it).
+/// The same failure for each of `n` writes: the first gets it, the
+/// others a copy (its variant and kind, SQLSTATE included, with it as the
+/// cause).
 fn for_all(n: usize, e: Error) -> Vec<Outcome> {
     let e = Arc::new(e);
-    (0..n).map(|_| Err(shared(&e))).collect()
+    let mut out: Vec<Outcome> = (1..n).map(|_| Err(shared(&e))).collect();
+    let first = Arc::try_unwrap(e).unwrap_or_else(|e| shared(&e));
+    out.insert(0, Err(first));
+    out
 }
 
-/// A failure shared by several writes: its kind (SQLSTATE included), its
-/// text, and itself as the cause.
+/// A copy of a failure shared by several writes.
 fn shared(e: &Arc<Error>) -> Error {
-    let kind = e.storage_kind().cloned().unwrap_or(StorageKind::Other);
-    let (op, location) = match &**e {
-        Error::Storage { op, location, .. } => (*op, location.clone()),
-        _ => ("write a record", String::new()),
-    };
-    Error::Storage {
-        op,
-        location,
-        kind,
-        source: Box::new(Shared(Arc::clone(e))),
+    match &**e {
+        Error::Storage {
+            op, location, kind, ..
+        } => Error::Storage {
+            op,
+            location: location.clone(),
+            kind: kind.clone(),
+            source: Box::new(Shared(Arc::clone(e))),
+        },
+        Error::NoSynchronousStandby { location, reported } => Error::NoSynchronousStandby {
+            location: location.clone(),
+            reported: reported.clone(),
+        },
+        other => Error::storage("write a record", "", other.to_string()),
     }
 }
 

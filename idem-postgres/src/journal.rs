@@ -13,7 +13,7 @@ use crate::rows::{
     check_events, claim_code, digest_of, loaded, location_of, parse_config, pg, pool_failure, run,
     space_id, Type,
 };
-use crate::{group, listen, schema};
+use crate::{group, listen, schema, standby};
 use idem_journal::clock::Clock;
 use idem_journal::error::Error;
 use idem_journal::journal::{
@@ -60,6 +60,16 @@ pub struct PostgresOptions {
     /// [`pooler`](Self::pooler()) is on (default none: waiters poll). Unused
     /// without a pooler, where the journal's own URL listens.
     pub listen_url: Option<String>,
+    /// Whether the database is expected to have a synchronous standby
+    /// (default false): a primary that acknowledges no commit before a
+    /// standby has it, for a deployment with automatic failover. With
+    /// true, the journal refuses to run on a server that is not configured
+    /// that way, with [`Error::NoSynchronousStandby`] naming what it
+    /// reported, at connect and on each new connection of its pool (so a
+    /// server promoted without a synchronous standby of its own is refused
+    /// after a failover too). See
+    /// [`PostgresOptions::synchronous_standby()`] for what is checked.
+    pub synchronous_standby: bool,
 }
 
 impl PostgresOptions {
@@ -92,6 +102,47 @@ impl PostgresOptions {
         self.listen_url = Some(url.into());
         self
     }
+
+    /// The database has a synchronous standby, and the journal must not
+    /// run without one (`true`), or no check (`false`, the default).
+    ///
+    /// Through a failover (the primary crashes, a standby is promoted) a
+    /// journal keeps its promise only if the promoted server has every
+    /// commit the old one acknowledged: an INTENT or a COMMIT lost there
+    /// means a call made again, a duplicate effect. Asynchronous
+    /// replication can lose the last ones; synchronous replication
+    /// cannot. With this option the journal asks the server, in its own
+    /// session, for `synchronous_standby_names` and `synchronous_commit`,
+    /// and refuses ([`Error::NoSynchronousStandby`], with both values) a
+    /// server where the first is empty or the second is not `on`,
+    /// `remote_apply` or `remote_write`. It checks at connect and on every
+    /// new connection of its pool (one round trip per connection).
+    ///
+    /// What it checks is the *configuration*, not that a standby is
+    /// connected now: a configured primary with no synchronous standby
+    /// connected makes every commit wait until one is back, so nothing is
+    /// acknowledged that a failover could lose; the server fails closed by
+    /// itself. Refusing then too would only stop workers from starting
+    /// while a standby reconnects (or while a new one is being built after
+    /// a failover). A connect that finds none connected logs a warning
+    /// (its commits will wait). Pair it with a multi-host URL and
+    /// `target_session_attrs=read-write`, so that the pool's new
+    /// connections find the promoted server:
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), idem_journal::error::Error> {
+    /// use idem_postgres::{PostgresJournal, PostgresOptions};
+    /// let journal = PostgresJournal::connect_with(
+    ///     "postgres://idem@db-a:5432,db-b:5432/idem?target_session_attrs=read-write",
+    ///     &PostgresOptions::default().synchronous_standby(true),
+    /// )
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn synchronous_standby(mut self, expected: bool) -> Self {
+        self.synchronous_standby = expected;
+        self
+    }
 }
 
 impl Default for PostgresOptions {
@@ -104,6 +155,7 @@ impl Default for PostgresOptions {
             migrate: true,
             pooler: None,
             listen_url: None,
+            synchronous_standby: false,
         }
     }
 }
@@ -346,10 +398,14 @@ impl PostgresJournal {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
-        let pool = Pool::builder(manager)
+        let mut builder = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
             .runtime(deadpool_postgres::Runtime::Tokio1)
-            .create_timeout(Some(options.connect_timeout))
+            .create_timeout(Some(options.connect_timeout));
+        if options.synchronous_standby {
+            builder = builder.post_create(standby::hook());
+        }
+        let pool = builder
             .build()
             .map_err(|e| Error::storage("build the connection pool", &location, e))?;
         let pooler = match options.pooler {
@@ -372,6 +428,9 @@ impl PostgresJournal {
             listen::measure_offset(&client, &clock)
                 .await
                 .map_err(pg("read the database's clock", &location))?;
+            if options.synchronous_standby && standby::connected(&client).await == Some(0) {
+                tracing::warn!(target: "idem::journal", location = %location, "a synchronous standby is configured but none is connected: commits wait until one is");
+            }
         }
         let identities = if pooler {
             crate::identity::Identities::leased(pool.clone(), location.clone(), options.lease)

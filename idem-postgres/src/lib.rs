@@ -58,11 +58,20 @@
 //!   (`identity.rs`), and wake-ups by polling or on a direct
 //!   [`PostgresOptions::listen_url()`] (`listen.rs`).
 //!
+//! - **failover** to a synchronous standby: with
+//!   [`PostgresOptions::synchronous_standby()`] the journal refuses a
+//!   server that would acknowledge a commit before a standby has it
+//!   (`standby.rs`); a multi-host URL with
+//!   `target_session_attrs=read-write` lets the pool's new connections
+//!   find the promoted server, and a write cut off by the crash is an
+//!   unknown outcome like any other.
+//!
 //! `journal.rs` holds the contract's statements; `group.rs` the writes
 //! that share a transaction; `events.rs` the
 //! commit-ordered audit stream; `listen.rs` the notifications that wake
 //! waiters in other processes; `schema.rs` the schema and its version;
-//! `clock.rs` the database's clock as this machine sees it; `rows.rs` what
+//! `clock.rs` the database's clock as this machine sees it; `standby.rs`
+//! the check of a synchronous standby; `rows.rs` what
 //! the statements read and write.
 
 #![warn(missing_docs)]
@@ -77,6 +86,7 @@ mod journal;
 mod listen;
 mod rows;
 mod schema;
+mod standby;
 
 pub use clock::DbClock;
 pub use journal::{PostgresJournal, PostgresOptions};

@@ -149,6 +149,16 @@ pub(crate) fn pool_failure(
 ) -> Error {
     match e {
         deadpool_postgres::PoolError::Backend(e) => failure(op, location, e),
+        // The only hook is the synchronous standby's check (standby.rs).
+        deadpool_postgres::PoolError::PostCreateHook(deadpool_postgres::HookError::Message(
+            reported,
+        )) => Error::NoSynchronousStandby {
+            location: location.to_string(),
+            reported: reported.into_owned(),
+        },
+        deadpool_postgres::PoolError::PostCreateHook(deadpool_postgres::HookError::Backend(e)) => {
+            failure(op, location, e)
+        }
         other => Error::database(op, location, None, other),
     }
 }

@@ -152,6 +152,18 @@ impl ScriptedProvider {
         self.inner.lock().unwrap().ledger.len()
     }
 
+    /// Effects applied under `key` (more than one: a duplicate).
+    pub fn effects_for(&self, key: &str) -> usize {
+        let s = self.inner.lock().unwrap();
+        s.ledger.iter().filter(|(k, _)| k == key).count()
+    }
+
+    /// Requests received under `key`.
+    pub fn requests_for(&self, key: &str) -> usize {
+        let s = self.inner.lock().unwrap();
+        s.requests.iter().filter(|(k, _)| k == key).count()
+    }
+
     /// Requests received.
     pub fn requests(&self) -> Vec<(String, u32)> {
         self.inner.lock().unwrap().requests.clone()
@@ -260,6 +272,13 @@ impl ScriptedProvider {
     /// Lets every held request answer, now and from now on.
     pub fn release(&self) {
         self.released.send_replace(true);
+    }
+
+    /// Held requests wait again, from now on, for the next
+    /// [`ScriptedProvider::release`] (a test that holds requests more than
+    /// once).
+    pub fn hold(&self) {
+        self.released.send_replace(false);
     }
 
     /// Waits until it has received `n` requests in all.

@@ -59,6 +59,7 @@ mod ledger;
 pub mod otlp;
 mod payments;
 pub mod pg;
+pub mod pg_replica;
 pub mod pgbouncer;
 #[cfg(feature = "powercut")]
 pub mod powercut;

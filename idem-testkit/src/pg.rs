@@ -41,7 +41,7 @@ impl Default for PgServerOptions {
 #[derive(Debug)]
 pub struct PgServer {
     root: PathBuf,
-    data: PathBuf,
+    pub(crate) data: PathBuf,
     socket: PathBuf,
     bin: PathBuf,
     port: u16,
@@ -84,12 +84,56 @@ pub fn bin_dir() -> io::Result<PathBuf> {
     ))
 }
 
-fn is_root() -> bool {
+/// A fresh directory for servers of this process, named `idem-{what}-{pid}-{n}`
+/// in the temporary directory.
+pub(crate) fn fresh_root(what: &str) -> io::Result<PathBuf> {
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let root = std::env::temp_dir().join(format!("idem-{what}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root)?;
+    Ok(root)
+}
+
+/// Appends `text` to the file at `path`.
+pub(crate) fn append(path: &Path, text: &str) -> io::Result<()> {
+    use std::io::Write as _;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)?
+        .write_all(text.as_bytes())
+}
+
+/// A shell that outlives this process only to run `stops` (shell command
+/// lines) and remove `root` once the process is gone: how no server
+/// outlives its test, should the test process be killed outright.
+pub(crate) fn watchdog(stops: &[String], root: &Path) -> io::Result<std::process::Child> {
+    let stop: String = stops
+        .iter()
+        .map(|s| format!("{s} >/dev/null 2>&1; "))
+        .collect();
+    let script = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; {stop}rm -rf '{root}'",
+        pid = std::process::id(),
+        root = root.display(),
+    );
+    use std::os::unix::process::CommandExt as _;
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        // Its own process group: a kill of ours (a terminal's ^C, a
+        // harness killing a test's group) leaves it to clean up.
+        .process_group(0)
+        .spawn()
+}
+
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
 
-fn run(mut cmd: Command, what: &str) -> io::Result<String> {
+pub(crate) fn run(mut cmd: Command, what: &str) -> io::Result<String> {
     let out = cmd.stdin(Stdio::null()).output()?;
     if !out.status.success() {
         return Err(io::Error::other(format!(
@@ -119,15 +163,25 @@ impl PgServer {
 
     /// Starts a server.
     pub fn start_with(options: &PgServerOptions) -> io::Result<PgServer> {
+        let root = fresh_root("pg")?;
+        let server = PgServer::unstarted(root)?;
+        server.start_watchdog()?;
+        server.initdb(options, "")?;
+        server.start_again()?;
+        Ok(server)
+    }
+
+    /// A server that is not running yet, in directory `root` (created and
+    /// given to the server's user; `data` and `sock` inside it), removed
+    /// when it is dropped. No watchdog: [`PgServer::start_watchdog`], or
+    /// its owner's (a replicated pair has one for both of its servers).
+    pub(crate) fn unstarted(root: PathBuf) -> io::Result<PgServer> {
         let bin = bin_dir()?;
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let root = std::env::temp_dir().join(format!("idem-pg-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root)?;
         let data = root.join("data");
         let socket = root.join("sock");
-        std::fs::create_dir(&data)?;
-        std::fs::create_dir(&socket)?;
+        std::fs::create_dir_all(&data)?;
+        std::fs::create_dir_all(&socket)?;
         let user = is_root().then_some("postgres");
         let server = PgServer {
             root,
@@ -144,30 +198,29 @@ impl PgServer {
             chown.arg("-R").arg(format!("{user}:")).arg(&server.root);
             run(chown, "chown the server's directory")?;
         }
-        server.start_watchdog()?;
-        let mut initdb = server.command("initdb");
+        Ok(server)
+    }
+
+    /// `initdb`, then this server's settings (its socket, no TCP) and
+    /// `extra` appended to `postgresql.conf`.
+    pub(crate) fn initdb(&self, options: &PgServerOptions, extra: &str) -> io::Result<()> {
+        let mut initdb = self.command("initdb");
         initdb
             .arg("-D")
-            .arg(&server.data)
+            .arg(&self.data)
             .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C"])
             .arg("--no-sync");
         run(initdb, "initdb")?;
         let conf = format!(
             "\n# idem test server\nlisten_addresses = ''\nunix_socket_directories = '{}'\n\
              port = {}\nfsync = {}\nmax_connections = {}\nshared_buffers = 64MB\n\
-             log_min_messages = warning\n",
-            server.socket.display(),
-            server.port,
+             log_min_messages = warning\n{extra}",
+            self.socket.display(),
+            self.port,
             if options.fsync { "on" } else { "off" },
             options.max_connections
         );
-        use std::io::Write as _;
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(server.data.join("postgresql.conf"))?
-            .write_all(conf.as_bytes())?;
-        server.start_again()?;
-        Ok(server)
+        append(&self.data.join("postgresql.conf"), &conf)
     }
 
     /// The server every test of this process shares (each test makes its
@@ -189,7 +242,7 @@ impl PgServer {
     }
 
     /// A server command, as the `postgres` user when we are root.
-    fn command(&self, program: &str) -> Command {
+    pub(crate) fn command(&self, program: &str) -> Command {
         let path = self.bin.join(program);
         match self.user {
             Some(user) => {
@@ -204,27 +257,12 @@ impl PgServer {
     /// A shell that outlives us only to stop the server and remove its
     /// directory once this process is gone.
     fn start_watchdog(&self) -> io::Result<()> {
-        let stop = self.stop_command_line();
-        let script = format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; {stop} >/dev/null 2>&1; rm -rf '{root}'",
-            pid = std::process::id(),
-            root = self.root.display(),
-        );
-        use std::os::unix::process::CommandExt as _;
-        let child = Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            // Its own process group: a kill of ours (a terminal's ^C, a
-            // harness killing a test's group) leaves it to clean up.
-            .process_group(0)
-            .spawn()?;
+        let child = watchdog(&[self.stop_command_line()], &self.root)?;
         *self.watchdog.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
         Ok(())
     }
 
-    fn stop_command_line(&self) -> String {
+    pub(crate) fn stop_command_line(&self) -> String {
         let pg_ctl = self.bin.join("pg_ctl");
         let runas = self
             .user
@@ -239,6 +277,11 @@ impl PgServer {
     /// The socket directory.
     pub fn socket_dir(&self) -> &Path {
         &self.socket
+    }
+
+    /// The port (with the socket directory, the socket's name).
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The server's log file.
@@ -344,7 +387,7 @@ impl PgServer {
         self.start_again()
     }
 
-    fn shut_down(&self) {
+    pub(crate) fn shut_down(&self) {
         let _ = self.stop_immediate();
         if let Some(mut w) = self
             .watchdog
