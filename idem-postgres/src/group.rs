@@ -39,7 +39,7 @@ use deadpool_postgres::Pool;
 use tokio::sync::oneshot;
 
 use crate::rows::{failure, pool_failure, Type};
-use idem_journal::error::{Error, StorageKind};
+use idem_journal::error::Error;
 
 /// Groups written at once (each on its own connection).
 pub(crate) const LEADERS: usize = 4;
