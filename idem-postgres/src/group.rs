@@ -25,7 +25,8 @@
 //!   answer is lost leaves every write of the group unknown, like a lone
 //!   write's lost answer.
 //! - Leaders run in spawned tasks: a caller that stops waiting (its future
-//!   dropped) stops no one else's write.
+//!   dropped) stops no one else's write. Its own write is skipped if it was
+//!   still queued, and runs to its end if it was already sent.
 //!
 //! Only immediate writes are grouped: an asynchronously committed one
 //! would make the whole transaction asynchronous, or wait for a flush it
@@ -326,6 +327,13 @@ fn take(waiting: &mut VecDeque<Waiting>) -> Vec<Waiting> {
     let mut group = Vec::new();
     let mut events = 0;
     while let Some(next) = waiting.front() {
+        if next.reply.is_closed() {
+            // Its caller stopped waiting before it was sent: it is not
+            // written, as a lone write dropped before its statement went
+            // out never was.
+            waiting.pop_front();
+            continue;
+        }
         let n = next.job.bytes.len();
         if group.len() == MOST || (!group.is_empty() && events + n > EVENTS) {
             break;

@@ -892,12 +892,23 @@ impl Journal for PostgresJournal {
                 return Ok(Vec::new());
             }
             let client = self.client().await?;
-            let sql = "WITH renewed AS (
+            // The rows are locked in key order, as a group of writes locks
+            // them (`group.rs`), so that a renewal and a group never wait
+            // for each other in a cycle.
+            let sql = "WITH h AS (
+                        SELECT * FROM unnest($1::smallint[], $2::bytea[], $3::bigint[])
+                            AS h(space, key, epoch)
+                     ), locked AS (
+                        SELECT r.space, r.key FROM idem_records r
+                        JOIN h ON r.space = h.space AND r.key = h.key AND r.epoch = h.epoch
+                        WHERE r.owner_worker = $4 AND r.owner_incarnation = $5
+                        ORDER BY r.space, r.key
+                        FOR UPDATE OF r
+                     ), renewed AS (
                         UPDATE idem_records r
                         SET lease_until = clock_timestamp() + $6::float8 * interval '1 millisecond'
-                        FROM unnest($1::smallint[], $2::bytea[], $3::bigint[]) AS h(space, key, epoch)
-                        WHERE r.space = h.space AND r.key = h.key AND r.epoch = h.epoch
-                          AND r.owner_worker = $4 AND r.owner_incarnation = $5
+                        FROM locked l
+                        WHERE r.space = l.space AND r.key = l.key
                         RETURNING r.space, r.key
                      )
                      SELECT space, key, set_config('synchronous_commit', 'off', true) FROM renewed";

@@ -804,3 +804,96 @@ async fn a_write_that_fails_fails_its_group_and_nothing_of_the_group_is_written(
         assert!(matches!(again[0].1, Ok(Written::Done { .. })), "{again:?}");
     }
 }
+
+/// A write of `body` to `[k; 32]`, expecting `expect`.
+async fn write_key(
+    j: &PostgresJournal,
+    k: u8,
+    expect: Expect,
+    body: &[u8],
+) -> Result<Written, Error> {
+    let key = [k; 32];
+    j.write(Write {
+        space: Space::Ops,
+        key: &key,
+        expect,
+        body,
+        claim: ClaimChange::Keep,
+        escalated: false,
+        events: &[],
+        durability: Durability::Immediate,
+    })
+    .await
+}
+
+/// Backends of `db` waiting for a row lock.
+async fn waiting_for_locks(raw: &tokio_postgres::Client) -> i64 {
+    raw.query_one(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_write_whose_caller_stopped_waiting_is_not_written() {
+    let url = PgServer::shared().create_database().unwrap();
+    let j = Arc::new(
+        PostgresJournal::connect_with(
+            &url,
+            &options(Duration::from_secs(30), Duration::from_millis(50)),
+        )
+        .await
+        .unwrap(),
+    );
+    let mut versions = Vec::new();
+    for k in [1u8, 2] {
+        match write_key(&j, k, Expect::Absent, b"v1").await.unwrap() {
+            Written::Done { version, .. } => versions.push(version),
+            other => panic!("{other:?}"),
+        }
+    }
+    // Another session holds both rows: the next two writes (one group each,
+    // as many as are written at once) wait for it.
+    let raw = raw(&url).await;
+    raw.batch_execute("BEGIN; SELECT 1 FROM idem_records FOR UPDATE")
+        .await
+        .unwrap();
+    let blocked: Vec<_> = [1u8, 2]
+        .into_iter()
+        .zip(versions)
+        .map(|(k, v)| {
+            let j = Arc::clone(&j);
+            tokio::spawn(async move { write_key(&j, k, Expect::Version(v), b"v2").await })
+        })
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while waiting_for_locks(&raw).await < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the writes never waited"
+        );
+        tokio::task::yield_now().await;
+    }
+    // A third write queues behind them (polled once: it is queued, and
+    // waits); its caller gives up.
+    {
+        let mut queued = Box::pin(write_key(&j, 3, Expect::Absent, b"never"));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(std::future::Future::poll(queued.as_mut(), &mut cx).is_pending());
+    }
+    raw.batch_execute("COMMIT").await.unwrap();
+    for b in blocked {
+        assert!(matches!(b.await.unwrap(), Ok(Written::Done { .. })));
+    }
+    // The writers go on (nothing wedged), and the abandoned write is not
+    // there.
+    assert!(matches!(
+        write_key(&j, 4, Expect::Absent, b"after").await,
+        Ok(Written::Done { .. })
+    ));
+    assert!(j.load(Space::Ops, &[3; 32]).await.unwrap().is_none());
+}
