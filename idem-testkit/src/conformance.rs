@@ -290,7 +290,8 @@ macro_rules! conformance_suite {
             audit_sequence_is_strictly_increasing_and_followers_miss_nothing,
             sequence_numbers_never_go_back_after_a_prune_and_a_crash,
             steps_are_memoized_across_crashes,
-            every_event_names_the_worker_that_acted
+            every_event_names_the_worker_that_acted,
+            approval_is_asked_once_and_any_worker_decides
         );
     };
     ($factory:expr, leases) => {
@@ -1326,4 +1327,80 @@ pub async fn a_stale_owner_is_fenced_and_returns_no_wrong_answer(b: &dyn Backend
         let op = fresh.operation(&k).await.unwrap().unwrap();
         assert_ne!(op.state, "intent", "{}: {class}", b.name());
     }
+}
+
+// ---------------------------------------------------------------------------
+// Approval before a call.
+// ---------------------------------------------------------------------------
+
+/// A call that needs approval is recorded before any INTENT and asked
+/// once, whatever the retries and a crash while it waits; another worker
+/// sees the request and decides it; approved, the call runs once;
+/// refused, it returns the operator's note without running.
+pub async fn approval_is_asked_once_and_any_worker_decides(b: &dyn Backend) {
+    let t = fast_with("wire", Class::AtMostOnce, |d| {
+        d.approve = Some("always");
+        d.approval_wait = Duration::ZERO;
+    });
+    let p = ScriptedProvider::new(&[]);
+    {
+        let w1 = worker(b, "w1").await;
+        for _ in 0..2 {
+            let out = call1(&w1, t, &p, VerifyMode::None).await;
+            assert!(
+                matches!(out, Err(ToolError::AwaitingApproval { .. })),
+                "{}: {out:?}",
+                b.name()
+            );
+        }
+    }
+    b.crash().await;
+    let w1 = worker(b, "w1").await;
+    let out = call1(&w1, t, &p, VerifyMode::None).await;
+    assert!(
+        matches!(out, Err(ToolError::AwaitingApproval { .. })),
+        "{out:?}"
+    );
+    assert_eq!(p.calls(), 0, "{}: ran without approval", b.name());
+
+    let w2 = worker(b, "w2").await;
+    let pending = w2.approvals().await.expect("list approvals");
+    assert_eq!(
+        pending.len(),
+        1,
+        "{}: asked more than once: {pending:?}",
+        b.name()
+    );
+    w2.approve(&pending[0].key, "ok by ops")
+        .await
+        .expect("approve");
+    for _ in 0..2 {
+        assert_eq!(call1(&w1, t, &p, VerifyMode::None).await.unwrap(), "done:a");
+    }
+    assert_eq!(p.calls(), 1, "{}: approved, it runs once", b.name());
+
+    let ctx = w1.run("run");
+    let out = call(&ctx, t, &p, 2, "b", VerifyMode::None).await;
+    assert!(
+        matches!(out, Err(ToolError::AwaitingApproval { .. })),
+        "{out:?}"
+    );
+    let pending = w2.approvals().await.expect("list approvals");
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    w2.reject(&pending[0].key, "not this one")
+        .await
+        .expect("reject");
+    for _ in 0..2 {
+        match call(&ctx, t, &p, 2, "b", VerifyMode::None).await {
+            Err(ToolError::NotApproved { note, .. }) => assert_eq!(note, "not this one"),
+            other => panic!("{}: {other:?}", b.name()),
+        }
+    }
+    assert_eq!(p.calls(), 1, "{}: refused, it does not run", b.name());
+    let asked = kinds(&w1)
+        .await
+        .into_iter()
+        .filter(|k| matches!(k, EventKind::ApprovalRequested { .. }))
+        .count();
+    assert_eq!(asked, 2, "{}: one request per call", b.name());
 }

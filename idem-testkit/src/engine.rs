@@ -355,7 +355,11 @@ pub async fn call(
     verify: VerifyMode,
 ) -> Result<String, ToolError<TestError>> {
     let key = key(ctx, tool, order);
-    let args = args(order, body);
+    let mut args = args(order, body);
+    if tool.approve.is_some() {
+        // As `approve = "always"` expands: every call asks.
+        args.needs_approval(Some(format!("every call of {} needs a person", tool.name)));
+    }
     let p = provider.clone();
     let attempt = move |c: Ctx| {
         let p = p.clone();
