@@ -291,7 +291,8 @@ macro_rules! conformance_suite {
             sequence_numbers_never_go_back_after_a_prune_and_a_crash,
             steps_are_memoized_across_crashes,
             every_event_names_the_worker_that_acted,
-            approval_is_asked_once_and_any_worker_decides
+            approval_is_asked_once_and_any_worker_decides,
+            a_call_waiting_for_approval_is_woken_by_a_decision_elsewhere
         );
     };
     ($factory:expr, leases) => {
@@ -1403,4 +1404,45 @@ pub async fn approval_is_asked_once_and_any_worker_decides(b: &dyn Backend) {
         .filter(|k| matches!(k, EventKind::ApprovalRequested { .. }))
         .count();
     assert_eq!(asked, 2, "{}: one request per call", b.name());
+}
+
+/// A call that waits for its approval (`approval_wait`) is woken by a
+/// decision another worker makes, long before its wait runs out, and runs.
+pub async fn a_call_waiting_for_approval_is_woken_by_a_decision_elsewhere(b: &dyn Backend) {
+    let t = fast_with("wire_waits", Class::Provider, |d| {
+        d.approve = Some("always");
+        d.approval_wait = Duration::from_secs(60);
+    });
+    let p = ScriptedProvider::new(&[]);
+    let w1 = worker(b, "w1").await;
+    let w2 = worker(b, "w2").await;
+    let waiting = tokio::spawn({
+        let (ctx, p) = (w1.run("run"), p.clone());
+        async move { call(&ctx, t, &p, 1, "a", VerifyMode::None).await }
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let key = loop {
+        if let Some(a) = w2.approvals().await.expect("list approvals").first() {
+            break a.key.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}: the request was never recorded",
+            b.name()
+        );
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(p.calls(), 0);
+    w2.approve(&key, "go").await.expect("approve");
+    let out = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{}: the waiting call was not woken by the decision",
+                b.name()
+            )
+        })
+        .expect("the call's task");
+    assert_eq!(out.unwrap(), "done:a");
+    assert_eq!(p.calls(), 1);
 }
