@@ -608,9 +608,20 @@ where
                     typed: true,
                 }
             }
-            Err(elapsed) => Attempted::Failed {
+            // Never polled: the tool's code did not run, nothing was sent
+            // (the INTENT's write outlasted the timeout, a database
+            // failover say). Anything else may have reached the provider.
+            Err(TimedOut {
+                started: false,
+                text,
+            }) => Attempted::Failed {
+                failure: Failure::not_sent(),
+                text,
+                typed: false,
+            },
+            Err(TimedOut { text, .. }) => Attempted::Failed {
                 failure: Failure::ambiguous(),
-                text: elapsed,
+                text,
                 typed: false,
             },
         })
@@ -901,7 +912,9 @@ fn timed_out<E>(tool: &ToolDescriptor, attempts: u32) -> ToolError<E> {
 
 /// Runs one attempt under the tool's timeout; `Err` is the timeout's text.
 async fn run_attempt<R>(tool: &ToolDescriptor, fut: impl Future<Output = R>) -> Result<R, String> {
-    run_attempt_from(tool, tokio::time::Instant::now(), fut).await
+    run_attempt_from(tool, tokio::time::Instant::now(), fut)
+        .await
+        .map_err(|t| t.text)
 }
 
 /// [`run_attempt`], its timeout counted from `began`. The deadline is
@@ -914,7 +927,7 @@ async fn run_attempt_from<R>(
     tool: &ToolDescriptor,
     began: tokio::time::Instant,
     fut: impl Future<Output = R>,
-) -> Result<R, String> {
+) -> Result<R, TimedOut> {
     let Some(limit) = tool.timeout else {
         return Ok(fut.await);
     };
@@ -922,17 +935,37 @@ async fn run_attempt_from<R>(
     let timer = tokio::time::sleep_until(deadline);
     let mut fut = std::pin::pin!(fut);
     let mut timer = std::pin::pin!(timer);
+    let mut started = false;
     std::future::poll_fn(|cx| {
         if tokio::time::Instant::now() >= deadline {
             return std::task::Poll::Ready(Err(()));
         }
+        started = true;
         if let std::task::Poll::Ready(v) = fut.as_mut().poll(cx) {
             return std::task::Poll::Ready(Ok(v));
         }
         timer.as_mut().poll(cx).map(Err)
     })
     .await
-    .map_err(|()| format!("attempt timed out after {limit:?}"))
+    .map_err(|()| TimedOut {
+        started,
+        text: if started {
+            format!("attempt timed out after {limit:?}")
+        } else {
+            format!(
+                "attempt not started: its INTENT's write took longer than the tool's timeout \
+                 ({limit:?}), so the tool was never run"
+            )
+        },
+    })
+}
+
+/// An attempt the tool's timeout ended.
+struct TimedOut {
+    /// Whether the attempt was polled at all: if not, the tool's code never
+    /// ran, so nothing was sent.
+    started: bool,
+    text: String,
 }
 
 fn draft<'a>(ctx: &'a Ctx, tool: &'a str, key: Option<&'a IdemKey>, kind: EventKind) -> Draft<'a> {

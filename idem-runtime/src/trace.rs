@@ -156,7 +156,7 @@ impl Drop for Traced {
 
 /// An attempt's outcome, in the calls' words: `ok`, `tool_error` (the
 /// tool's error, retried or not) or `timed_out`.
-pub(crate) fn attempt_outcome<T, E>(span: &Span, result: &Result<Result<T, E>, String>) {
+pub(crate) fn attempt_outcome<T, E, X>(span: &Span, result: &Result<Result<T, E>, X>) {
     span.record(
         "idem.outcome",
         match result {

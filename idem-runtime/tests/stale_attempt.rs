@@ -355,3 +355,41 @@ async fn a_claim_that_lost_to_an_unseen_record_shares_its_decision() {
         "the provider was asked once"
     );
 }
+
+/// An attempt whose INTENT's write took longer than the tool's timeout is
+/// never polled (its deadline passed before it started), so the tool's
+/// code never ran and nothing was sent: even an at_most_once tool backs
+/// off and tries again instead of escalating a call that cannot have
+/// reached the provider (a database failover's stall, say).
+#[tokio::test(start_paused = true)]
+async fn an_attempt_whose_intent_outlasted_its_timeout_sent_nothing_and_is_tried_again() {
+    let journal = Arc::new(SlowOnce {
+        inner: ProcessView::new(MemJournal::new()),
+        slow: Duration::from_millis(1500),
+        armed: AtomicBool::new(true),
+        blind_claims: false,
+    });
+    let rt = Runtime::builder().journal(journal).open().unwrap();
+    let t = tool_with("wire", Class::AtMostOnce, |d| {
+        d.timeout = Some(Duration::from_secs(1));
+        d.retry.initial = Duration::from_millis(10);
+    });
+    let sent = Arc::new(AtomicUsize::new(0));
+    let ctx = rt.run("run");
+    let s = sent.clone();
+    // Counts when its code runs (polled), not when the future is made.
+    let attempt = move |c: Ctx| {
+        let s = s.clone();
+        async move {
+            s.fetch_add(1, Ordering::SeqCst);
+            Ok::<u32, TestError>(c.attempt())
+        }
+    };
+    let no_verify: Option<fn(Ctx) -> std::future::Ready<Result<Verdict<u32>, TestError>>> = None;
+    let out =
+        idem_runtime::__private::call(&ctx, t, key(&ctx, t, 1), args(1, "a"), attempt, no_verify)
+            .await;
+    // Attempt 1 never ran; attempt 2 did, once.
+    assert_eq!(out.unwrap(), 2);
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+}
