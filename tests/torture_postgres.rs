@@ -96,6 +96,39 @@ fn stale_owners_are_fenced() {
     assert!(summary.pauses >= 4, "{summary}");
 }
 
+/// The failover mode (`Config::failover`): the round's database lives on
+/// a primary with a synchronous standby, the workers connect with the
+/// pair's multi-host URL and `synchronous_standby(true)`, and every wave
+/// (after the first, which measures) fails over mid-wave instead of
+/// restarting the server: the primary is stopped `-m immediate`, the
+/// standby promoted, a new synchronous standby made of it, while workers
+/// are killed and paused as ever.
+#[test]
+fn multi_worker_torture_quick_with_failovers() {
+    let kills = kills_from_env(16);
+    let mut config = harness::Config::multi_worker_failover(kills, 4);
+    config.db_restart_every = 1;
+    config.max_elapsed = Duration::from_secs(240);
+    let summary = torture(config);
+    assert!(summary.kills >= kills, "{summary}");
+    assert!(summary.failovers >= 2, "{summary}");
+    assert_eq!(summary.db_restarts, 0, "{summary}");
+    assert!(summary.recoveries > 0, "{summary}");
+}
+
+#[test]
+#[ignore = "long: 1000 kills and dozens of failovers; run with --ignored (in --release)"]
+fn multi_worker_torture_failover_long() {
+    let kills = kills_from_env(1000);
+    let mut config = harness::Config::multi_worker_failover(kills, 4);
+    config.db_restart_every = 3;
+    config.progress_every = 25;
+    config.max_elapsed = Duration::from_secs(4 * 3600);
+    let summary = torture(config);
+    assert!(summary.kills >= kills, "{summary}");
+    assert!(summary.failovers >= 20, "{summary}");
+}
+
 #[test]
 #[ignore = "long: 2000 kills and a dozen database restarts; run with --ignored (in --release)"]
 fn multi_worker_torture_long() {
