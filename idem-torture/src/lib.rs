@@ -497,6 +497,9 @@ pub struct Summary {
     /// stopped `-m immediate`, its synchronous standby promoted, a new
     /// standby made of it).
     pub failovers: u64,
+    /// Multi-worker failover mode: failovers whose standby had been
+    /// stopped (was lagging) since a random instant before them.
+    pub lagged_failovers: u64,
     /// Multi-worker mode: workers paused (SIGSTOP) past their lease, then
     /// continued (SIGCONT) after others could take their calls over.
     pub pauses: u64,
@@ -580,8 +583,9 @@ impl fmt::Display for Summary {
         if self.workers > 0 {
             write!(
                 f,
-                " backend=postgres workers={} db_restarts={} failovers={} pauses={}",
-                self.workers, self.db_restarts, self.failovers, self.pauses
+                " backend=postgres workers={} db_restarts={} failovers={} (lagging standby={}) \
+                 pauses={}",
+                self.workers, self.db_restarts, self.failovers, self.lagged_failovers, self.pauses
             )?;
         }
         Ok(())

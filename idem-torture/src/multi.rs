@@ -120,7 +120,11 @@ impl Database {
     /// workers run on: their connections to the dead primary fail closed,
     /// new ones find the promoted server through the multi-host URL, and
     /// their commits wait through the rebuild.
-    async fn disrupt(&mut self, down_for: Duration) -> Result<(), String> {
+    ///
+    /// `lagged`: the standby was stopped earlier in the wave
+    /// ([`Database::lag_standby`]); it is started again once the primary is
+    /// down, and promoted with what it had.
+    async fn disrupt(&mut self, down_for: Duration, lagged: bool) -> Result<(), String> {
         match self {
             Database::Single(server) => {
                 tokio::task::block_in_place(|| server.stop_immediate())
@@ -133,11 +137,28 @@ impl Database {
                 tokio::task::block_in_place(|| pair.stop_immediate())
                     .map_err(|e| format!("failover: stop the primary: {e}"))?;
                 tokio::time::sleep(down_for).await;
+                if lagged {
+                    tokio::task::block_in_place(|| pair.start_standby())
+                        .map_err(|e| format!("failover: start the lagging standby: {e}"))?;
+                }
                 tokio::task::block_in_place(|| pair.promote())
                     .map_err(|e| format!("failover: promote the standby: {e}"))?;
                 tokio::task::block_in_place(|| pair.rebuild_standby())
                     .map_err(|e| format!("failover: a new standby of the promoted primary: {e}"))
             }
+        }
+    }
+
+    /// Failover mode: the standby falls behind (is stopped, `-m fast`)
+    /// before a failover. Its WAL ends there; a synchronous primary
+    /// acknowledges no commit from then on (they wait), so the promotion
+    /// still finds every acknowledged one: what the failover costs is the
+    /// commits that were waiting, which the workers never saw acknowledged.
+    fn lag_standby(&mut self) -> Result<(), String> {
+        match self {
+            Database::Single(_) => Err("no standby to lag behind".into()),
+            Database::Pair(pair) => tokio::task::block_in_place(|| pair.stop_standby())
+                .map_err(|e| format!("failover: stop the standby: {e}")),
         }
     }
 
@@ -220,6 +241,11 @@ impl Round<'_> {
                 .filter(|_| self.rng.below(self.config.db_restart_every.max(1)) == 0)
                 .map(|s| Duration::from_micros(self.rng.below(s.as_micros() as u64 + 1)));
             let down_for = Duration::from_millis(20 + self.rng.below(200));
+            // Failover mode: one failover in two, the standby lags, from
+            // this long before it.
+            let lag_for = restart_at
+                .filter(|_| failover && self.rng.below(2) == 0)
+                .map(|at| Duration::from_micros(self.rng.below(at.as_micros() as u64 + 1)));
             let began = Instant::now();
             let mut tasks = tokio::task::JoinSet::new();
             for (i, plan) in plans.iter().enumerate() {
@@ -270,8 +296,14 @@ impl Round<'_> {
                 let Some(at) = restart_at else {
                     return Ok(false);
                 };
-                tokio::time::sleep(at).await;
-                server.disrupt(down_for).await?;
+                if let Some(lag) = lag_for {
+                    tokio::time::sleep(at - lag).await;
+                    server.lag_standby()?;
+                    tokio::time::sleep(lag).await;
+                } else {
+                    tokio::time::sleep(at).await;
+                }
+                server.disrupt(down_for, lag_for.is_some()).await?;
                 Ok::<bool, String>(true)
             };
             let ends = async {
@@ -285,6 +317,7 @@ impl Round<'_> {
             if restarted? {
                 if failover {
                     summary.failovers += 1;
+                    summary.lagged_failovers += u64::from(lag_for.is_some());
                 } else {
                     summary.db_restarts += 1;
                 }
