@@ -21,6 +21,22 @@
 //! effect exactly once in the providers' ledgers (found by business
 //! identity), one commit per operation in the audit stream, nothing left
 //! escalated, and a last run of every workflow that sends nothing.
+//!
+//! The *failover mode* ([`Config::failover`](super::Config::failover)):
+//! the run's server is a primary with a synchronous standby
+//! (`idem_testkit::pg_replica::PgPair`), the workers connect with the
+//! pair's multi-host URL (`target_session_attrs=read-write`: whichever
+//! slot is the primary) and `PostgresOptions::synchronous_standby(true)`
+//! (told by `IDEM_TORTURE_SYNC_STANDBY`), and where the plain mode restarts
+//! the server a wave fails over instead: the primary is stopped `-m
+//! immediate`, the standby promoted, and a new synchronous standby made of
+//! the promoted primary at once, while the workers run on (see
+//! [`Database::disrupt`] for why at once). One failover in two, the
+//! standby lags first: it is stopped at a random instant before the
+//! failover and started again only to be promoted, so that everything the
+//! primary had acknowledged alone would be lost (it acknowledges nothing
+//! alone: commits wait). The operator and the final checks read the
+//! journal through the same URL, so from the current primary.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
