@@ -1374,6 +1374,10 @@ struct Round<'c> {
     interrupted: u64,
     /// Workers of this round paused past their lease (multi-worker).
     paused: u64,
+    /// Failovers in this round (failover mode): while the standby lagged
+    /// or was being rebuilt, every commit waited for it, an INTENT's write
+    /// too, and an attempt's timeout counts from the start of that write.
+    failovers: u64,
     /// Per provider, escalations already accounted to its injected faults.
     charged_to_faults: BTreeMap<&'static str, u64>,
 }
@@ -1406,6 +1410,7 @@ impl<'c> Round<'c> {
             shift: Arc::new(AtomicU64::new(0)),
             interrupted: 0,
             paused: 0,
+            failovers: 0,
             charged_to_faults: BTreeMap::new(),
         }
     }
@@ -2050,6 +2055,14 @@ impl<'c> Round<'c> {
                 });
                 if timed_out && self.paused > 0 {
                     return Ok("paused mid-call");
+                }
+                // Failover mode: its INTENT's commit waited for a standby
+                // (lagging, or being made anew) past the attempt's
+                // timeout, which counts from the start of that write; the
+                // attempt is dropped unpolled, as a paused worker's would
+                // be, and nobody may assume it never went out.
+                if timed_out && self.failovers > 0 {
+                    return Ok("journal stalled by a failover");
                 }
                 // A fault that leaves the outcome unknown to the caller.
                 charge_to_faults(&[

@@ -92,14 +92,14 @@ pub(super) async fn connect_worker(url: &str) -> Result<Runtime, idem::Error> {
 /// with a synchronous standby.
 pub(super) enum Database {
     Single(PgServer),
-    Pair(PgPair),
+    Pair(Box<PgPair>),
 }
 
 impl Database {
     /// Starts one server, or a pair when `failover`.
     pub(super) fn start(failover: bool) -> std::io::Result<Database> {
         Ok(if failover {
-            Database::Pair(PgPair::start()?)
+            Database::Pair(Box::new(PgPair::start()?))
         } else {
             Database::Single(PgServer::start()?)
         })
@@ -333,6 +333,7 @@ impl Round<'_> {
             if restarted? {
                 if failover {
                     summary.failovers += 1;
+                    self.failovers += 1;
                     summary.lagged_failovers += u64::from(lag_for.is_some());
                 } else {
                     summary.db_restarts += 1;
