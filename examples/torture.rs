@@ -50,7 +50,14 @@
 //! server is restarted mid-wave (`pg_ctl stop -m immediate`) about once
 //! every `--db-restart-every N` waves (default 6). See
 //! `torture/multi.rs`. The summary line adds `backend=postgres workers=N
-//! db_restarts=R pauses=P`.
+//! db_restarts=R failovers=F (lagging standby=L) pauses=P`.
+//!
+//! `--failover` (with `--backend postgres`): the database lives on a
+//! primary with a synchronous standby, the workers connect with its
+//! multi-host URL and `synchronous_standby(true)`, and where a wave would
+//! restart the server it fails over instead (the primary stopped `-m
+//! immediate`, the standby promoted, a new synchronous standby made of it;
+//! one failover in two after the standby lagged).
 //!
 //! `--dump DIR` prints the audit stream and open escalations of a journal a
 //! failed round left behind (its path is in the violation message).
@@ -71,7 +78,7 @@ fn main() {
     let config = match parse(args.into_iter()) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{e}\nusage: torture [--kills N | --power-cuts N] [--backend sled|postgres] [--workers N] [--db-restart-every N] [--seed S] [--workflows N] [--concurrency N] [--chaos never|alternate|always] [--keep-going] [--sync-new-journal]");
+            eprintln!("{e}\nusage: torture [--kills N | --power-cuts N] [--backend sled|postgres] [--workers N] [--db-restart-every N] [--failover] [--seed S] [--workflows N] [--concurrency N] [--chaos never|alternate|always] [--keep-going] [--sync-new-journal]");
             std::process::exit(2);
         }
     };
@@ -139,6 +146,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
                 config.db_restart_every =
                     number("--db-restart-every", value("--db-restart-every")?)?.max(1)
             }
+            "--failover" => config.failover = true,
             "--keep-going" => config.stop_on_violation = false,
             "--sync-new-journal" => config.sync_new_journal = true,
             other => return Err(format!("unknown argument {other}")),
@@ -146,6 +154,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
     }
     if config.workers > 1 && config.backend != Backend::Postgres {
         return Err("--workers N needs --backend postgres (sled is one process's)".into());
+    }
+    if config.failover && config.backend != Backend::Postgres {
+        return Err("--failover needs --backend postgres".into());
     }
     if config.backend == Backend::Postgres && config.power_cuts > 0 {
         return Err("--power-cuts is a sled mode".into());

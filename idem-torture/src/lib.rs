@@ -119,6 +119,9 @@ const WORKER_ID_ENV: &str = "IDEM_TORTURE_WORKER_ID";
 const LEASE_ENV: &str = "IDEM_TORTURE_LEASE_MS";
 /// Multi-worker mode: set when the URL leads to a pooler.
 const POOLER_ENV: &str = "IDEM_TORTURE_POOLER";
+/// Multi-worker failover mode: set when the worker must expect a
+/// synchronous standby (`PostgresOptions::synchronous_standby(true)`).
+const SYNC_STANDBY_ENV: &str = "IDEM_TORTURE_SYNC_STANDBY";
 /// Set (power-cut mode): each order ends with [`archive_order`].
 const ARCHIVE_ENV: &str = "IDEM_TORTURE_ARCHIVE";
 /// Power-cut mode: a directory where the durable state of every journal
@@ -268,6 +271,15 @@ pub struct Config {
     /// one per round), with `PostgresOptions::pooler(true)`; the parent's
     /// checks read the database directly.
     pub pooler: bool,
+    /// Multi-worker mode: the round's database lives on a primary with a
+    /// synchronous standby (`idem_testkit::pg_replica::PgPair`), the
+    /// workers connect with the pair's multi-host URL and
+    /// `PostgresOptions::synchronous_standby(true)`, and where the plain
+    /// mode restarts the server a wave *fails over* instead: the primary
+    /// is stopped (`-m immediate`), the standby promoted, and a new
+    /// synchronous standby made of it while the workers run on (see
+    /// `multi.rs`). Not with [`Config::pooler`].
+    pub failover: bool,
 }
 
 /// The journal backend of a torture run.
@@ -302,6 +314,7 @@ impl Config {
             lease: Duration::from_millis(1000),
             pauses_only: false,
             pooler: false,
+            failover: false,
         }
     }
 
@@ -312,6 +325,16 @@ impl Config {
             backend: Backend::Postgres,
             workers: workers.max(1),
             ..Config::new(kills)
+        }
+    }
+
+    /// [`Config::multi_worker`] in failover mode ([`Config::failover`]):
+    /// failovers of a primary with a synchronous standby where the plain
+    /// mode restarts the database server.
+    pub fn multi_worker_failover(kills: u64, workers: usize) -> Config {
+        Config {
+            failover: true,
+            ..Config::multi_worker(kills, workers)
         }
     }
 
@@ -470,6 +493,13 @@ pub struct Summary {
     pub workers: usize,
     /// Multi-worker mode: restarts of the database server mid-wave.
     pub db_restarts: u64,
+    /// Multi-worker failover mode: failovers mid-wave (the primary
+    /// stopped `-m immediate`, its synchronous standby promoted, a new
+    /// standby made of it).
+    pub failovers: u64,
+    /// Multi-worker failover mode: failovers whose standby had been
+    /// stopped (was lagging) since a random instant before them.
+    pub lagged_failovers: u64,
     /// Multi-worker mode: workers paused (SIGSTOP) past their lease, then
     /// continued (SIGCONT) after others could take their calls over.
     pub pauses: u64,
@@ -553,8 +583,9 @@ impl fmt::Display for Summary {
         if self.workers > 0 {
             write!(
                 f,
-                " backend=postgres workers={} db_restarts={} pauses={}",
-                self.workers, self.db_restarts, self.pauses
+                " backend=postgres workers={} db_restarts={} failovers={} (lagging standby={}) \
+                 pauses={}",
+                self.workers, self.db_restarts, self.failovers, self.lagged_failovers, self.pauses
             )?;
         }
         Ok(())
@@ -1189,8 +1220,15 @@ async fn run_rounds(
     ));
     // Multi-worker mode: one database server for the run, a database per
     // round.
-    let server = match config.multi_worker_mode() {
-        true => match idem_testkit::pg::PgServer::start() {
+    // In failover mode, a primary with a synchronous standby.
+    if config.failover && config.pooler {
+        summary
+            .violations
+            .push("the failover mode does not go through a pooler".into());
+        return summary;
+    }
+    let mut server = match config.multi_worker_mode() {
+        true => match multi::Database::start(config.failover) {
             Ok(s) => {
                 summary.workers = config.workers;
                 Some(s)
@@ -1245,7 +1283,7 @@ async fn run_rounds(
         summary.last_round.clear();
         let hits_before = summary.crashpoint_hits.clone();
         let jumps_before = summary.window_jumps;
-        let mut outcome = match &server {
+        let mut outcome = match &mut server {
             Some(server) => {
                 round
                     .run_multi(server, worker, &mut span, &mut summary)
@@ -1336,6 +1374,10 @@ struct Round<'c> {
     interrupted: u64,
     /// Workers of this round paused past their lease (multi-worker).
     paused: u64,
+    /// Failovers in this round (failover mode): while the standby lagged
+    /// or was being rebuilt, every commit waited for it, an INTENT's write
+    /// too, and an attempt's timeout counts from the start of that write.
+    failovers: u64,
     /// Per provider, escalations already accounted to its injected faults.
     charged_to_faults: BTreeMap<&'static str, u64>,
 }
@@ -1368,6 +1410,7 @@ impl<'c> Round<'c> {
             shift: Arc::new(AtomicU64::new(0)),
             interrupted: 0,
             paused: 0,
+            failovers: 0,
             charged_to_faults: BTreeMap::new(),
         }
     }
@@ -2013,6 +2056,14 @@ impl<'c> Round<'c> {
                 if timed_out && self.paused > 0 {
                     return Ok("paused mid-call");
                 }
+                // Failover mode: its INTENT's commit waited for a standby
+                // (lagging, or being made anew) past the attempt's
+                // timeout, which counts from the start of that write; the
+                // attempt is dropped unpolled, as a paused worker's would
+                // be, and nobody may assume it never went out.
+                if timed_out && self.failovers > 0 {
+                    return Ok("journal stalled by a failover");
+                }
                 // A fault that leaves the outcome unknown to the caller.
                 charge_to_faults(&[
                     "error_before_apply",
@@ -2328,7 +2379,9 @@ fn open_journal(journal: &Path) -> Result<Runtime, (bool, String)> {
 /// checks).
 enum JournalAt {
     Dir(PathBuf),
-    Postgres(String),
+    /// A database's URL, and whether its server must have a synchronous
+    /// standby (`PostgresOptions::synchronous_standby`).
+    Postgres(String, bool),
 }
 
 impl JournalAt {
@@ -2343,19 +2396,24 @@ impl JournalAt {
                     .filter(|e| e.file_name().to_string_lossy().starts_with("sled-damaged."))
                     .count() as u64
             }),
-            JournalAt::Postgres(_) => 0,
+            JournalAt::Postgres(..) => 0,
         }
     }
 
     async fn open(&self) -> Result<Runtime, (bool, String)> {
         match self {
             JournalAt::Dir(dir) => open_journal(dir),
-            JournalAt::Postgres(url) => Runtime::builder()
-                .postgres(url.as_str())
-                .worker_id("operator")
-                .connect()
-                .await
-                .map_err(|e| (true, e.to_string())),
+            JournalAt::Postgres(url, synchronous) => {
+                let mut builder = Runtime::builder()
+                    .postgres(url.as_str())
+                    .worker_id("operator");
+                if *synchronous {
+                    builder = builder.postgres_options(
+                        idem::PostgresOptions::default().synchronous_standby(true),
+                    );
+                }
+                builder.connect().await.map_err(|e| (true, e.to_string()))
+            }
         }
     }
 }

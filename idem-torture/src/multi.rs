@@ -21,19 +21,37 @@
 //! effect exactly once in the providers' ledgers (found by business
 //! identity), one commit per operation in the audit stream, nothing left
 //! escalated, and a last run of every workflow that sends nothing.
+//!
+//! The *failover mode* ([`Config::failover`](super::Config::failover)):
+//! the run's server is a primary with a synchronous standby
+//! (`idem_testkit::pg_replica::PgPair`), the workers connect with the
+//! pair's multi-host URL (`target_session_attrs=read-write`: whichever
+//! slot is the primary) and `PostgresOptions::synchronous_standby(true)`
+//! (told by `IDEM_TORTURE_SYNC_STANDBY`), and where the plain mode restarts
+//! the server a wave fails over instead: the primary is stopped `-m
+//! immediate`, the standby promoted, and a new synchronous standby made of
+//! the promoted primary at once, while the workers run on (see
+//! [`Database::disrupt`] for why at once). One failover in two, the
+//! standby lags first: it is stopped at a random instant before the
+//! failover and started again only to be promoted, so that everything the
+//! primary had acknowledged alone would be lost (it acknowledges nothing
+//! alone: commits wait). The operator and the final checks read the
+//! journal through the same URL, so from the current primary.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use idem::Runtime;
 use idem_testkit::pg::PgServer;
+use idem_testkit::pg_replica::PgPair;
 
 use crate::shop::Moment;
 
 use super::{
     parse_done, status_line, CrashPoint, End, JournalAt, Plan, Round, Summary, CONCURRENCY_ENV,
     CRASH_ENV, EFFECT_TOOLS, EXIT_DONE, JOURNAL_ENV, LEASE_ENV, ORDERS_ENV, POOLER_ENV,
-    POSTGRES_ENV, PREFIX_ENV, STATUS_ENV, WORKER_DEADLINE, WORKER_ENV, WORKER_ID_ENV,
+    POSTGRES_ENV, PREFIX_ENV, STATUS_ENV, SYNC_STANDBY_ENV, WORKER_DEADLINE, WORKER_ENV,
+    WORKER_ID_ENV,
 };
 
 /// How long a worker keeps trying to connect (the database may be
@@ -49,7 +67,9 @@ pub(super) async fn connect_worker(url: &str) -> Result<Runtime, idem::Error> {
         .and_then(|l| l.parse().ok())
         .map_or(Duration::from_secs(1), Duration::from_millis);
     let deadline = Instant::now() + CONNECT_FOR;
-    let options = idem::PostgresOptions::default().pooler(std::env::var_os(POOLER_ENV).is_some());
+    let options = idem::PostgresOptions::default()
+        .pooler(std::env::var_os(POOLER_ENV).is_some())
+        .synchronous_standby(std::env::var_os(SYNC_STANDBY_ENV).is_some());
     loop {
         let opened = Runtime::builder()
             .postgres(url)
@@ -65,6 +85,101 @@ pub(super) async fn connect_worker(url: &str) -> Result<Runtime, idem::Error> {
             }
             other => return other,
         }
+    }
+}
+
+/// The run's database server: one server, or (failover mode) a primary
+/// with a synchronous standby.
+pub(super) enum Database {
+    Single(PgServer),
+    Pair(Box<PgPair>),
+}
+
+impl Database {
+    /// Starts one server, or a pair when `failover`.
+    pub(super) fn start(failover: bool) -> std::io::Result<Database> {
+        Ok(if failover {
+            Database::Pair(Box::new(PgPair::start()?))
+        } else {
+            Database::Single(PgServer::start()?)
+        })
+    }
+
+    /// A new database of the round: its URL (the pair's multi-host one,
+    /// which reaches whichever slot is the primary).
+    fn create_database(&self) -> std::io::Result<String> {
+        match self {
+            Database::Single(server) => server.create_database(),
+            Database::Pair(pair) => pair.create_database(),
+        }
+    }
+
+    /// Drops a passed round's database (on the current primary).
+    fn drop_database(&self, url: &str) -> std::io::Result<()> {
+        match self {
+            Database::Single(server) => server.drop_database(url),
+            Database::Pair(pair) => pair.primary().drop_database(url),
+        }
+    }
+
+    /// The mid-wave event: a restart of the one server (down for
+    /// `down_for`), or a failover of the pair. A failover stops the
+    /// primary `-m immediate` (every connection cut, nothing more written
+    /// there: the old primary cannot go on acknowledging behind the new
+    /// one), leaves the pair without a primary for `down_for`, promotes
+    /// the standby, and at once makes a new synchronous standby of it in
+    /// the dead primary's slot. At once, not at the next failover: a
+    /// promoted primary names its future standby in
+    /// `synchronous_standby_names` from the start, so every commit waits
+    /// until that standby is there; deferring the rebuild would leave the
+    /// workers of the next waves unable to commit anything. Meanwhile the
+    /// workers run on: their connections to the dead primary fail closed,
+    /// new ones find the promoted server through the multi-host URL, and
+    /// their commits wait through the rebuild.
+    ///
+    /// `lagged`: the standby was stopped earlier in the wave
+    /// ([`Database::lag_standby`]); it is started again once the primary is
+    /// down, and promoted with what it had.
+    async fn disrupt(&mut self, down_for: Duration, lagged: bool) -> Result<(), String> {
+        match self {
+            Database::Single(server) => {
+                tokio::task::block_in_place(|| server.stop_immediate())
+                    .map_err(|e| format!("stop the database: {e}"))?;
+                tokio::time::sleep(down_for).await;
+                tokio::task::block_in_place(|| server.start_again())
+                    .map_err(|e| format!("start the database again: {e}"))
+            }
+            Database::Pair(pair) => {
+                tokio::task::block_in_place(|| pair.stop_immediate())
+                    .map_err(|e| format!("failover: stop the primary: {e}"))?;
+                tokio::time::sleep(down_for).await;
+                if lagged {
+                    tokio::task::block_in_place(|| pair.start_standby())
+                        .map_err(|e| format!("failover: start the lagging standby: {e}"))?;
+                }
+                tokio::task::block_in_place(|| pair.promote())
+                    .map_err(|e| format!("failover: promote the standby: {e}"))?;
+                tokio::task::block_in_place(|| pair.rebuild_standby())
+                    .map_err(|e| format!("failover: a new standby of the promoted primary: {e}"))
+            }
+        }
+    }
+
+    /// Failover mode: the standby falls behind (is stopped, `-m fast`)
+    /// before a failover. Its WAL ends there; a synchronous primary
+    /// acknowledges no commit from then on (they wait), so the promotion
+    /// still finds every acknowledged one: what the failover costs is the
+    /// commits that were waiting, which the workers never saw acknowledged.
+    fn lag_standby(&mut self) -> Result<(), String> {
+        match self {
+            Database::Single(_) => Err("no standby to lag behind".into()),
+            Database::Pair(pair) => tokio::task::block_in_place(|| pair.stop_standby())
+                .map_err(|e| format!("failover: stop the standby: {e}")),
+        }
+    }
+
+    fn is_pair(&self) -> bool {
+        matches!(self, Database::Pair(_))
     }
 }
 
@@ -104,7 +219,7 @@ impl Round<'_> {
     /// A round of the multi-worker mode; see the module documentation.
     pub(super) async fn run_multi(
         mut self,
-        server: &PgServer,
+        server: &mut Database,
         worker: &dyn Fn() -> Command,
         span: &mut Option<Duration>,
         summary: &mut Summary,
@@ -116,16 +231,17 @@ impl Round<'_> {
         let url = server
             .create_database()
             .map_err(|e| format!("create the round's database: {e}"))?;
-        let journal = JournalAt::Postgres(url.clone());
+        let failover = server.is_pair();
+        let journal = JournalAt::Postgres(url.clone(), failover);
         // Behind a pooler, the workers' URL is the pooler's; a database
         // restart goes on under it.
-        let bouncer = if self.config.pooler {
-            Some(
-                idem_testkit::pgbouncer::PgBouncer::start(server)
+        let bouncer = match (&*server, self.config.pooler) {
+            (Database::Single(single), true) => Some(
+                idem_testkit::pgbouncer::PgBouncer::start(single)
                     .map_err(|e| format!("start pgbouncer: {e}"))?,
-            )
-        } else {
-            None
+            ),
+            (Database::Pair(_), true) => return Err("no pooler in failover mode".into()),
+            _ => None,
         };
         let worker_url = bouncer.as_ref().map_or(url.clone(), |b| b.url_of(&url));
         let providers = self.start_providers(summary).await?;
@@ -141,6 +257,11 @@ impl Round<'_> {
                 .filter(|_| self.rng.below(self.config.db_restart_every.max(1)) == 0)
                 .map(|s| Duration::from_micros(self.rng.below(s.as_micros() as u64 + 1)));
             let down_for = Duration::from_millis(20 + self.rng.below(200));
+            // Failover mode: one failover in two, the standby lags, from
+            // this long before it.
+            let lag_for = restart_at
+                .filter(|_| failover && self.rng.below(2) == 0)
+                .map(|at| Duration::from_micros(self.rng.below(at.as_micros() as u64 + 1)));
             let began = Instant::now();
             let mut tasks = tokio::task::JoinSet::new();
             for (i, plan) in plans.iter().enumerate() {
@@ -164,6 +285,7 @@ impl Round<'_> {
                     .envs(providers.addrs().to_env())
                     .env_remove(CRASH_ENV)
                     .env_remove(POOLER_ENV)
+                    .env_remove(SYNC_STANDBY_ENV)
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(
@@ -176,6 +298,9 @@ impl Round<'_> {
                 if bouncer.is_some() {
                     command.env(POOLER_ENV, "1");
                 }
+                if failover {
+                    command.env(SYNC_STANDBY_ENV, "1");
+                }
                 let child = command.spawn().map_err(|e| format!("spawn worker: {e}"))?;
                 let plan = plan.clone();
                 tasks.spawn(async move {
@@ -187,12 +312,14 @@ impl Round<'_> {
                 let Some(at) = restart_at else {
                     return Ok(false);
                 };
-                tokio::time::sleep(at).await;
-                tokio::task::block_in_place(|| server.stop_immediate())
-                    .map_err(|e| format!("stop the database: {e}"))?;
-                tokio::time::sleep(down_for).await;
-                tokio::task::block_in_place(|| server.start_again())
-                    .map_err(|e| format!("start the database again: {e}"))?;
+                if let Some(lag) = lag_for {
+                    tokio::time::sleep(at - lag).await;
+                    server.lag_standby()?;
+                    tokio::time::sleep(lag).await;
+                } else {
+                    tokio::time::sleep(at).await;
+                }
+                server.disrupt(down_for, lag_for.is_some()).await?;
                 Ok::<bool, String>(true)
             };
             let ends = async {
@@ -204,7 +331,13 @@ impl Round<'_> {
             };
             let (restarted, ends) = tokio::join!(restart, ends);
             if restarted? {
-                summary.db_restarts += 1;
+                if failover {
+                    summary.failovers += 1;
+                    self.failovers += 1;
+                    summary.lagged_failovers += u64::from(lag_for.is_some());
+                } else {
+                    summary.db_restarts += 1;
+                }
                 // Calls in flight fail closed; their recovery may park an
                 // at_most_once attempt.
                 self.interrupted += 1;
