@@ -2056,14 +2056,10 @@ impl<'c> Round<'c> {
                 if timed_out && self.paused > 0 {
                     return Ok("paused mid-call");
                 }
-                // Failover mode: its INTENT's commit waited for a standby
-                // (lagging, or being made anew) past the attempt's
-                // timeout, which counts from the start of that write; the
-                // attempt is dropped unpolled, as a paused worker's would
-                // be, and nobody may assume it never went out.
-                if timed_out && self.failovers > 0 {
-                    return Ok("journal stalled by a failover");
-                }
+                // (An attempt whose INTENT's commit waited past the timeout
+                // for a standby is never polled: the engine reports it not
+                // sent and tries again, so a failover justifies nothing
+                // here.)
                 // A fault that leaves the outcome unknown to the caller.
                 charge_to_faults(&[
                     "error_before_apply",
