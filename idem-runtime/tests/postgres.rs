@@ -840,7 +840,10 @@ async fn waiting_for_locks(raw: &tokio_postgres::Client) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_write_whose_caller_stopped_waiting_is_not_written() {
-    let url = PgServer::shared().create_database().unwrap();
+    // Its own server: the transaction held open here would hold back the
+    // audit stream's readers of every database on a shared one.
+    let server = PgServer::start().unwrap();
+    let url = server.create_database().unwrap();
     let j = Arc::new(
         PostgresJournal::connect_with(
             &url,
@@ -856,27 +859,30 @@ async fn a_queued_write_whose_caller_stopped_waiting_is_not_written() {
             other => panic!("{other:?}"),
         }
     }
-    // Another session holds both rows: the next two writes (one group each,
-    // as many as are written at once) wait for it.
+    // Another session holds both rows: the next two writes, started one
+    // after the other so that each is a group of its own (as many as are
+    // written at once), wait for it.
     let raw = raw(&url).await;
     raw.batch_execute("BEGIN; SELECT 1 FROM idem_records FOR UPDATE")
         .await
         .unwrap();
-    let blocked: Vec<_> = [1u8, 2]
-        .into_iter()
-        .zip(versions)
-        .map(|(k, v)| {
-            let j = Arc::clone(&j);
-            tokio::spawn(async move { write_key(&j, k, Expect::Version(v), b"v2").await })
-        })
-        .collect();
+    // Watched from another session: inside a transaction, the activity
+    // view is a snapshot taken at its first read.
+    let watcher = self::raw(&url).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while waiting_for_locks(&raw).await < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the writes never waited"
-        );
-        tokio::task::yield_now().await;
+    let mut blocked = Vec::new();
+    for (n, (k, v)) in [1u8, 2].into_iter().zip(versions).enumerate() {
+        let j = Arc::clone(&j);
+        blocked.push(tokio::spawn(async move {
+            write_key(&j, k, Expect::Version(v), b"v2").await
+        }));
+        while waiting_for_locks(&watcher).await < n as i64 + 1 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the writes never waited"
+            );
+            tokio::task::yield_now().await;
+        }
     }
     // A third write queues behind them (polled once: it is queued, and
     // waits); its caller gives up.
