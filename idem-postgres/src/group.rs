@@ -130,17 +130,28 @@ impl Group {
 
     /// Writes groups until none is waiting.
     async fn lead(self: Arc<Self>) {
+        // Counted out however the task ends: a leader dropped mid-group (its
+        // runtime shutting down) must not keep its place, or writes would
+        // queue with nobody to take them. Its group's callers get the
+        // "stopped before it answered" error.
+        let mut leading = Leading {
+            group: &self,
+            counted: true,
+        };
         loop {
             let group = {
                 let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
                 let group = take(&mut queue.waiting);
                 if group.is_empty() {
+                    // Under the lock that saw the queue empty: a write
+                    // queued after this starts a leader of its own.
                     queue.leaders -= 1;
+                    leading.counted = false;
                     return;
                 }
                 group
             };
-            self.run(group).await;
+            leading.group.run(group).await;
         }
     }
 
@@ -318,6 +329,21 @@ impl std::error::Error for Shared {
         match &*self.0 {
             Error::Storage { source, .. } => source.source(),
             _ => None,
+        }
+    }
+}
+
+/// A leader, counted in [`Queue::leaders`] until it ends.
+struct Leading<'a> {
+    group: &'a Group,
+    counted: bool,
+}
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        if self.counted {
+            let mut queue = self.group.queue.lock().unwrap_or_else(|p| p.into_inner());
+            queue.leaders -= 1;
         }
     }
 }

@@ -903,3 +903,61 @@ async fn a_queued_write_whose_caller_stopped_waiting_is_not_written() {
     ));
     assert!(j.load(Space::Ops, &[3; 32]).await.unwrap().is_none());
 }
+
+/// A runtime that was writing (its groups waiting on a lock) is shut down
+/// under them: its leaders are gone, and another runtime's writes on the
+/// same journal still find someone to write them.
+#[test]
+fn writes_go_on_after_the_runtime_of_their_leaders_is_gone() {
+    let server = PgServer::start().unwrap();
+    let url = server.create_database().unwrap();
+    let main = tokio::runtime::Runtime::new().unwrap();
+    let (j, raw, watcher, versions) = main.block_on(async {
+        let j = Arc::new(
+            PostgresJournal::connect_with(
+                &url,
+                &options(Duration::from_secs(30), Duration::from_millis(50)),
+            )
+            .await
+            .unwrap(),
+        );
+        let mut versions = Vec::new();
+        for k in [1u8, 2] {
+            match write_key(&j, k, Expect::Absent, b"v1").await.unwrap() {
+                Written::Done { version, .. } => versions.push(version),
+                other => panic!("{other:?}"),
+            }
+        }
+        let raw = raw(&url).await;
+        raw.batch_execute("BEGIN; SELECT 1 FROM idem_records FOR UPDATE")
+            .await
+            .unwrap();
+        (j, raw, self::raw(&url).await, versions)
+    });
+    let doomed = tokio::runtime::Runtime::new().unwrap();
+    for (n, (k, v)) in [1u8, 2].into_iter().zip(versions).enumerate() {
+        let j = Arc::clone(&j);
+        doomed.spawn(async move { write_key(&j, k, Expect::Version(v), b"v2").await });
+        main.block_on(async {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while waiting_for_locks(&watcher).await < n as i64 + 1 {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the writes never waited"
+                );
+                tokio::task::yield_now().await;
+            }
+        });
+    }
+    doomed.shutdown_background();
+    main.block_on(async {
+        raw.batch_execute("COMMIT").await.unwrap();
+        let after = tokio::time::timeout(
+            Duration::from_secs(20),
+            write_key(&j, 3, Expect::Absent, b"after"),
+        )
+        .await
+        .expect("a write after the leaders' runtime went found no one to write it");
+        assert!(matches!(after, Ok(Written::Done { .. })), "{after:?}");
+    });
+}
