@@ -356,6 +356,9 @@ async fn a_claim_that_lost_to_an_unseen_record_shares_its_decision() {
     );
 }
 
+/// The type of an absent `verify`.
+type NoVerify = fn(Ctx) -> std::future::Ready<Result<Verdict<u32>, TestError>>;
+
 /// An attempt whose INTENT's write took longer than the tool's timeout is
 /// never polled (its deadline passed before it started), so the tool's
 /// code never ran and nothing was sent: even an at_most_once tool backs
@@ -385,7 +388,7 @@ async fn an_attempt_whose_intent_outlasted_its_timeout_sent_nothing_and_is_tried
             Ok::<u32, TestError>(c.attempt())
         }
     };
-    let no_verify: Option<fn(Ctx) -> std::future::Ready<Result<Verdict<u32>, TestError>>> = None;
+    let no_verify: Option<NoVerify> = None;
     let out =
         idem_runtime::__private::call(&ctx, t, key(&ctx, t, 1), args(1, "a"), attempt, no_verify)
             .await;
