@@ -838,15 +838,21 @@ async fn waiting_for_locks(raw: &tokio_postgres::Client) -> i64 {
     .get(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_queued_write_whose_caller_stopped_waiting_is_not_written() {
-    // Its own server: the transaction held open here would hold back the
-    // audit stream's readers of every database on a shared one.
-    let server = PgServer::start().unwrap();
-    let url = server.create_database().unwrap();
+/// A journal on `url` with records `[1; 32]` and `[2; 32]` (their
+/// versions), a session holding both rows in an open transaction, and a
+/// session to watch from (inside a transaction the activity view is a
+/// snapshot taken at its first read).
+async fn two_locked_records(
+    url: &str,
+) -> (
+    Arc<PostgresJournal>,
+    Vec<u64>,
+    tokio_postgres::Client,
+    tokio_postgres::Client,
+) {
     let j = Arc::new(
         PostgresJournal::connect_with(
-            &url,
+            url,
             &options(Duration::from_secs(30), Duration::from_millis(50)),
         )
         .await
@@ -859,30 +865,42 @@ async fn a_queued_write_whose_caller_stopped_waiting_is_not_written() {
             other => panic!("{other:?}"),
         }
     }
-    // Another session holds both rows: the next two writes, started one
-    // after the other so that each is a group of its own (as many as are
-    // written at once), wait for it.
-    let raw = raw(&url).await;
-    raw.batch_execute("BEGIN; SELECT 1 FROM idem_records FOR UPDATE")
+    let holder = raw(url).await;
+    holder
+        .batch_execute("BEGIN; SELECT 1 FROM idem_records FOR UPDATE")
         .await
         .unwrap();
-    // Watched from another session: inside a transaction, the activity
-    // view is a snapshot taken at its first read.
-    let watcher = self::raw(&url).await;
+    (j, versions, holder, raw(url).await)
+}
+
+/// Waits (bounded) until `n` backends wait for a row lock.
+async fn until_waiting(watcher: &tokio_postgres::Client, n: i64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while waiting_for_locks(watcher).await < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the writes never waited"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_write_whose_caller_stopped_waiting_is_not_written() {
+    // Its own server: the transaction held open here would hold back the
+    // audit stream's readers of every database on a shared one.
+    let server = PgServer::start().unwrap();
+    let url = server.create_database().unwrap();
+    // The next two writes, started one after the other so that each is a
+    // group of its own (as many as are written at once), wait for `raw`.
+    let (j, versions, raw, watcher) = two_locked_records(&url).await;
     let mut blocked = Vec::new();
     for (n, (k, v)) in [1u8, 2].into_iter().zip(versions).enumerate() {
         let j = Arc::clone(&j);
         blocked.push(tokio::spawn(async move {
             write_key(&j, k, Expect::Version(v), b"v2").await
         }));
-        while waiting_for_locks(&watcher).await < n as i64 + 1 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the writes never waited"
-            );
-            tokio::task::yield_now().await;
-        }
+        until_waiting(&watcher, n as i64 + 1).await;
     }
     // A third write queues behind them (polled once: it is queued, and
     // waits); its caller gives up.
@@ -912,42 +930,12 @@ fn writes_go_on_after_the_runtime_of_their_leaders_is_gone() {
     let server = PgServer::start().unwrap();
     let url = server.create_database().unwrap();
     let main = tokio::runtime::Runtime::new().unwrap();
-    let (j, raw, watcher, versions) = main.block_on(async {
-        let j = Arc::new(
-            PostgresJournal::connect_with(
-                &url,
-                &options(Duration::from_secs(30), Duration::from_millis(50)),
-            )
-            .await
-            .unwrap(),
-        );
-        let mut versions = Vec::new();
-        for k in [1u8, 2] {
-            match write_key(&j, k, Expect::Absent, b"v1").await.unwrap() {
-                Written::Done { version, .. } => versions.push(version),
-                other => panic!("{other:?}"),
-            }
-        }
-        let raw = raw(&url).await;
-        raw.batch_execute("BEGIN; SELECT 1 FROM idem_records FOR UPDATE")
-            .await
-            .unwrap();
-        (j, raw, self::raw(&url).await, versions)
-    });
+    let (j, versions, raw, watcher) = main.block_on(two_locked_records(&url));
     let doomed = tokio::runtime::Runtime::new().unwrap();
     for (n, (k, v)) in [1u8, 2].into_iter().zip(versions).enumerate() {
         let j = Arc::clone(&j);
         doomed.spawn(async move { write_key(&j, k, Expect::Version(v), b"v2").await });
-        main.block_on(async {
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            while waiting_for_locks(&watcher).await < n as i64 + 1 {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "the writes never waited"
-                );
-                tokio::task::yield_now().await;
-            }
-        });
+        main.block_on(until_waiting(&watcher, n as i64 + 1));
     }
     doomed.shutdown_background();
     main.block_on(async {
