@@ -447,6 +447,21 @@ fn event_text(kind: &EventKind) -> String {
         EventKind::ApprovalRequested { reason } => format!("AWAITS APPROVAL: {reason}"),
         EventKind::Approved { note, via } => format!("approved (through {via}): {note}"),
         EventKind::NotApproved { note, via } => format!("NOT APPROVED (through {via}): {note}"),
+        EventKind::SagaStarted { saga } => format!("saga {saga} started"),
+        EventKind::Compensating {
+            saga,
+            reason,
+            steps,
+        } => format!("saga {saga} COMPENSATING {} step(s): {reason}", steps.len()),
+        EventKind::Compensated {
+            saga,
+            reason,
+            undone,
+        } => format!(
+            "saga {saga} compensated ({} undone): {reason}",
+            undone.len()
+        ),
+        EventKind::SagaEscalated { saga, reason } => format!("saga {saga} ESCALATED: {reason}"),
         // A kind newer than this renderer (the enum grows): its JSON form.
         other => serde_json::to_string(other).unwrap_or_else(|_| format!("{other:?}")),
     }

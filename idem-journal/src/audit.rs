@@ -173,6 +173,40 @@ pub enum EventKind {
         /// Through which surface (`runtime`, `api`, `cli`, `inbox`).
         via: String,
     },
+    /// A saga ran its body for the first time (`Ctx::saga`).
+    SagaStarted {
+        /// The saga's name.
+        saga: String,
+    },
+    /// A saga's body failed semantically (or aborted): the compensations
+    /// of its completed steps run now, in reverse order. Decided once and
+    /// durably; a resumed saga goes on compensating.
+    Compensating {
+        /// The saga's name.
+        saga: String,
+        /// Why the saga is rolled back.
+        reason: String,
+        /// The completed compensable steps, in the order they ran, as
+        /// `tool key`.
+        steps: Vec<String>,
+    },
+    /// Every completed step of a saga was compensated.
+    Compensated {
+        /// The saga's name.
+        saga: String,
+        /// Why it was rolled back.
+        reason: String,
+        /// The steps undone, in the order their compensations ran.
+        undone: Vec<String>,
+    },
+    /// A saga could not finish compensating: a person must look at what
+    /// ran, what was undone and what is left (all in `reason`).
+    SagaEscalated {
+        /// The saga's name.
+        saga: String,
+        /// The evidence.
+        reason: String,
+    },
 }
 
 impl AuditEvent {
@@ -258,7 +292,11 @@ impl Stats {
             | EventKind::Resolved { .. }
             | EventKind::Amended { .. }
             | EventKind::Fenced { .. }
-            | EventKind::Settling { .. } => {}
+            | EventKind::Settling { .. }
+            | EventKind::SagaStarted { .. }
+            | EventKind::Compensating { .. }
+            | EventKind::Compensated { .. }
+            | EventKind::SagaEscalated { .. } => {}
         }
     }
 }

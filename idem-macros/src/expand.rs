@@ -256,6 +256,11 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
         quote!(#p::call_read_only(#root, #tool_ref, #attempt_fn).await)
     };
 
+    let (keep, call) = match (&tool.compensate, journaled) {
+        (Some(path), true) => compensable(path, &p, &root, &key, &tool_ref, ok, &moved, call),
+        _ => (TokenStream::new(), call),
+    };
+
     quote! {
         #(#outer_attrs)*
         #vis #sig {
@@ -267,11 +272,69 @@ pub(crate) fn expand(tool: &Tool, item: ItemFn) -> TokenStream {
             #root_bind
             #record
             #approval
+            #keep
             let #attempt_fn = #attempt;
             #call
         }
         #dispatcher
     }
+}
+
+/// `compensate = path`: inside a saga, copies of the arguments are kept
+/// before the call, and a call that returned a value hands the saga its
+/// compensation: `path` called on the result and (when it takes them) the
+/// arguments, all by reference. Which of the two shapes `path` has is
+/// told apart by its arity (`Compensation`'s marker), so a function of
+/// another shape is a type error located on the path.
+#[allow(clippy::too_many_arguments)]
+fn compensable(
+    path: &syn::Path,
+    p: &TokenStream,
+    root: &Ident,
+    key: &Ident,
+    tool_ref: &Ident,
+    ok: &Type,
+    moved: &[Ident],
+    call: TokenStream,
+) -> (TokenStream, TokenStream) {
+    let (lo, hi) = ends(path);
+    let kept = local("__idem_kept");
+    let kept_key = local("__idem_kept_key");
+    let out = local("__idem_out");
+    let value = local("__idem_value");
+    let cctx = local("__idem_cctx");
+    let result = local("__idem_result");
+    let names: Vec<Ident> = (0..moved.len())
+        .map(|i| local(&format!("__idem_kept{i}")))
+        .collect();
+    let keep = quote! {
+        let #kept = if #p::in_saga(#root) {
+            ::core::option::Option::Some((#(#p::AttemptArg::for_attempt(&#moved),)*))
+        } else {
+            ::core::option::Option::None
+        };
+        let #kept_key = ::core::clone::Clone::clone(&#key);
+    };
+    let mut path = path.clone();
+    if path.leading_colon.is_none() && path.segments.len() == 1 {
+        let first = &mut path.segments[0].ident;
+        first.set_span(Span::mixed_site().located_at(first.span()));
+    }
+    let start = located(quote!(#p::Compensation::start), lo);
+    let args = paren(quote!(#path, &#cctx, &#result, (#(&#names,)*)), hi);
+    let call = quote! {{
+        let #out = #call;
+        if let (::core::result::Result::Ok(#value), ::core::option::Option::Some(#kept)) = (&#out, #kept) {
+            #p::compensable(#root, &#kept_key, #tool_ref, #value, move |#cctx: #p::Ctx, #result: #ok| -> #p::BoxFuture<'static, #p::Undone> {
+                ::std::boxed::Box::pin(async move {
+                    let (#(#names,)*) = #kept;
+                    #p::undone(#start #args.await)
+                })
+            });
+        }
+        #out
+    }};
+    (keep, call)
 }
 
 /// `Result<T, E>` becomes `Result<T, ToolError<E>>`.

@@ -76,6 +76,9 @@ pub(crate) struct Tool {
     pub(crate) approval_wait: Duration,
     /// `commit = "eventual"`.
     pub(crate) commit_eventual: bool,
+    /// `compensate = path`: the tool that undoes a completed call inside a
+    /// saga.
+    pub(crate) compensate: Option<syn::Path>,
     pub(crate) shape: Shape,
 }
 

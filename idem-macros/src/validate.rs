@@ -37,6 +37,7 @@ const ARGS: &[&str] = &[
     "approve",
     "approval_wait",
     "commit",
+    "compensate",
     "crate",
 ];
 
@@ -94,6 +95,7 @@ struct Raw {
     approve: Option<(Ident, Value)>,
     approval_wait: Option<(Ident, Value)>,
     commit: Option<(Ident, Value)>,
+    compensate: Option<(Ident, Value)>,
     krate: Option<(Ident, Value)>,
     impl_type: Option<(Ident, Value)>,
     impl_generics: Option<(Ident, Value)>,
@@ -126,6 +128,7 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
             "approve" => &mut raw.approve,
             "approval_wait" => &mut raw.approval_wait,
             "commit" => &mut raw.commit,
+            "compensate" => &mut raw.compensate,
             "crate" => &mut raw.krate,
             IMPL_TYPE_ARG => &mut raw.impl_type,
             IMPL_GENERICS_ARG => &mut raw.impl_generics,
@@ -426,9 +429,44 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         }
     }
 
+    let compensate = match &raw.compensate {
+        None => None,
+        Some((name, value)) => match value {
+            Value::Expr(Expr::Path(p)) if p.qself.is_none() => Some(p.path.clone()),
+            _ => {
+                errors.at(
+                    value.span(name),
+                    "`compensate` takes a path to the #[tool] that undoes this one: compensate = \
+                     refund (its parameters after `ctx` are this tool's result by reference, \
+                     then optionally every argument of this tool by reference)",
+                );
+                None
+            }
+        },
+    };
+    if let (Some((name, _)), true) = (
+        &raw.compensate,
+        shape.params.iter().any(|p| !p.cfg.is_empty()),
+    ) {
+        errors.at(
+            name.span(),
+            "`compensate` on a tool with `#[cfg]` parameters: its compensation may take every \
+             argument, and a configured-out one would change what it is handed; move the \
+             condition into the tool's body",
+        );
+    }
+
     // Rules that depend on the class; skipped when the class itself is in
     // error, so one mistake does not cascade into several.
     if let Some(class) = class {
+        if let (Some((name, _)), Class::ReadOnly) = (&raw.compensate, class) {
+            errors.at(
+                name.span(),
+                "`compensate` on a read_only tool: a read_only call changes nothing, so there \
+                 is nothing to undo; remove `compensate`, or choose the side-effecting class \
+                 the tool really has",
+            );
+        }
         if let (Some((name, _)), Class::ReadOnly) = (&raw.approve, class) {
             errors.at(
                 name.span(),
@@ -620,6 +658,7 @@ pub(crate) fn validate(args: Vec<Arg>, item: &ItemFn) -> syn::Result<Tool> {
         approve,
         approval_wait,
         commit_eventual,
+        compensate,
         shape,
     })
 }

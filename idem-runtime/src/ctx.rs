@@ -30,6 +30,12 @@ pub(crate) struct Scope {
     pub(crate) path: Vec<Arc<str>>,
     pub(crate) agent: Arc<str>,
     pub(crate) prefix: KeyPrefix,
+    /// The saga whose body this context runs in (`Saga::ctx`): completed
+    /// calls of compensable tools are recorded in it.
+    pub(crate) saga: Option<Arc<crate::saga::Log>>,
+    /// A context a saga hands a compensation: the first tool called with
+    /// it must be journaled.
+    pub(crate) compensation: bool,
 }
 
 pub(crate) struct CallState {
@@ -62,6 +68,8 @@ impl Ctx {
                 agent: root.clone(),
                 root,
                 path: Vec::new(),
+                saga: None,
+                compensation: false,
             }),
             call: None,
         }
@@ -120,6 +128,8 @@ impl Ctx {
                 path: s.path.clone(),
                 agent: Arc::from(format!("{}/{}", s.agent, name)),
                 prefix: s.prefix.clone(),
+                saga: s.saga.clone(),
+                compensation: false,
             }),
             call: None,
         }
@@ -139,6 +149,8 @@ impl Ctx {
                 root: s.root.clone(),
                 agent: s.agent.clone(),
                 path,
+                saga: s.saga.clone(),
+                compensation: false,
             }),
             call: None,
         }
@@ -157,6 +169,23 @@ impl Ctx {
     pub fn runtime(&self) -> Runtime {
         Runtime {
             shared: self.scope.shared.clone(),
+        }
+    }
+
+    /// This context with another saga log (or none) and compensation mark.
+    pub(crate) fn with_saga(&self, saga: Option<Arc<crate::saga::Log>>, compensation: bool) -> Ctx {
+        let s = &self.scope;
+        Ctx {
+            scope: Arc::new(Scope {
+                shared: s.shared.clone(),
+                root: s.root.clone(),
+                path: s.path.clone(),
+                agent: s.agent.clone(),
+                prefix: s.prefix.clone(),
+                saga,
+                compensation,
+            }),
+            call: None,
         }
     }
 

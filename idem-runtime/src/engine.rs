@@ -765,6 +765,16 @@ where
     F: FnMut(Ctx) -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
+    if ctx.call.is_none() && ctx.scope.compensation {
+        // A saga's compensation must run once across crashes; a read-only
+        // call is not journaled, so it would run again on every resume.
+        return Err(ToolError::Journal(Error::Usage(format!(
+            "`{}` is a read_only tool and cannot compensate a saga's step: a compensation \
+             runs exactly once only as a journaled call (provider, journal or at_most_once); \
+             it did not run",
+            tool.name
+        ))));
+    }
     let metered = ctx.shared().audit.metrics.call(tool);
     let traced = Traced::call(ctx, tool, None);
     // Without a subscriber, no wrapper at all (the read-only path is the

@@ -56,6 +56,17 @@ pub enum ToolError<E> {
         /// The operator's note (for the agent, and the model behind it).
         note: String,
     },
+    /// A saga ([`Ctx::saga`](crate::Ctx::saga)) failed and every completed
+    /// step of it was compensated: what it did is undone. Every later run
+    /// of the saga returns this without running its body again.
+    #[error("saga {saga} was rolled back: {reason}")]
+    Compensated {
+        /// The saga's name.
+        saga: String,
+        /// Why: the semantic failure of its body, or the reason it aborted
+        /// with.
+        reason: String,
+    },
     /// The journal could not be read or written; the provider was not called
     /// after that was detected.
     #[error("journal error: {0}")]
@@ -80,7 +91,7 @@ impl<E> ToolError<E> {
             | ToolError::Abandoned { key }
             | ToolError::AwaitingApproval { key }
             | ToolError::NotApproved { key, .. } => Some(key),
-            ToolError::Tool(_) | ToolError::Journal(_) => None,
+            ToolError::Tool(_) | ToolError::Journal(_) | ToolError::Compensated { .. } => None,
         }
     }
 }

@@ -126,7 +126,7 @@ impl Outcome {
     pub(crate) fn of<T, E>(result: &Result<T, ToolError<E>>) -> Outcome {
         match result {
             Ok(_) => Outcome::Ok,
-            Err(ToolError::Tool(_)) => Outcome::ToolError,
+            Err(ToolError::Tool(_) | ToolError::Compensated { .. }) => Outcome::ToolError,
             Err(ToolError::Escalated { .. }) => Outcome::Escalated,
             Err(ToolError::InFlight { .. }) => Outcome::InFlight,
             Err(ToolError::ArgsMismatch { .. }) => Outcome::ArgsMismatch,

@@ -40,6 +40,35 @@ fn step_tool(name: &str) -> String {
     format!("step:{name}")
 }
 
+/// The key of step `name` under `ctx`'s run and scope.
+fn step_key(ctx: &Ctx, name: &str) -> idem_journal::key::IdemKey {
+    KeyBuilder::new(ctx.prefix(), "idem.step")
+        .field(name)
+        .finish()
+}
+
+/// The stored value of step `name`, if one is stored, without running or
+/// claiming anything (a saga reads its decision and its end this way).
+pub(crate) async fn peek<T: DeserializeOwned>(ctx: &Ctx, name: &str) -> Result<Option<T>, Error> {
+    let journal = &*ctx.shared().journal;
+    let key = step_key(ctx, name);
+    let digest = key.digest();
+    let Some(loaded) = journal.load(Space::Steps, digest).await? else {
+        return Ok(None);
+    };
+    let rec = record::decode::<StepRecord>(Kind::Step, &loaded.body, journal.location(), digest)?;
+    match rec.state {
+        idem_journal::record::StepState::Done { value } => codec::decode(&value.0)
+            .map(Some)
+            .map_err(|detail| Error::Result {
+                key: step_tool(name),
+                op: "decoded",
+                detail,
+            }),
+        idem_journal::record::StepState::Running => Ok(None),
+    }
+}
+
 async fn run<T, E, F>(ctx: &Ctx, name: &str, fut: F) -> Result<T, ToolError<E>>
 where
     T: Serialize + DeserializeOwned,
@@ -47,9 +76,7 @@ where
 {
     let shared = ctx.shared();
     let journal = &*shared.journal;
-    let key = KeyBuilder::new(ctx.prefix(), "idem.step")
-        .field(name)
-        .finish();
+    let key = step_key(ctx, name);
     let digest = *key.digest();
     let tool = step_tool(name);
     let draft = |kind| Draft {

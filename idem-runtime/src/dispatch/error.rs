@@ -386,6 +386,13 @@ impl DispatchError {
                 note,
             },
             ToolError::Journal(error) => DispatchError::Journal { tool, error },
+            // Only a saga returns this; a tool whose body ran one reports
+            // it as its own refusal.
+            ToolError::Compensated { saga, reason } => DispatchError::Tool {
+                tool,
+                failure: Failure::Semantic,
+                message: format!("saga {saga} was rolled back: {reason}"),
+            },
         }
     }
 }

@@ -8,6 +8,8 @@
 //! - `step.rs`: a memoized step (`Ctx::step`);
 //! - `resolve.rs`: an operator's resolution of an escalated operation;
 //! - `read_only.rs`: the retries of a read-only call;
+//! - `saga.rs`: when a saga rolls back, and what each compensation's
+//!   answer leads to (`Ctx::saga`);
 //! - `drift.rs`: which arguments differ from the recorded ones;
 //! - `policy.rs`: what the machines are told about a tool and a journal;
 //! - `check/`: the exhaustive checker of the call machine (tests and
@@ -20,6 +22,7 @@ pub mod drift;
 pub mod policy;
 pub mod read_only;
 pub mod resolve;
+pub mod saga;
 pub mod step;
 #[cfg(test)]
 mod vectors;

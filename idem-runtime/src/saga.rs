@@ -1,0 +1,544 @@
+//! Sagas ([`Ctx::saga`]): the completed steps of a body that failed are
+//! compensated, in reverse order, each exactly once across crashes. This is
+//! the driver; what happens when is decided in `machine/saga.rs`.
+//!
+//! Nothing here needs a record type of its own: a saga's decision to roll
+//! back and its end are memoized steps ([`Ctx::step`]) of the saga's run
+//! and scope, and each compensation is a journaled call of its own tool,
+//! under a scope named after the original call's key. A saga run again
+//! after a crash replays its completed calls from the journal (recording
+//! their compensations again), finds the stored decision and goes on
+//! compensating; compensations that already ran are replayed, not repeated.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::class::ToolDescriptor;
+use crate::ctx::Ctx;
+use crate::dispatch::BoxFuture;
+use crate::error::ToolError;
+use crate::failure::{Classify, Failure};
+use crate::key::KeyBuilder;
+use crate::machine::saga::{
+    self as decide, AfterBody, BodyEnd, Decision, End, Next, StepRef, Undo,
+};
+use idem_journal::audit::{Draft, EventKind};
+use idem_journal::codec;
+use idem_journal::error::Error;
+use idem_journal::journal::Durability;
+use idem_journal::key::IdemKey;
+
+/// The handle a saga's body gets: its context, and a way to abort.
+///
+/// Calls made with [`Saga::ctx`] (or a `child`/`scope` of it) are part of
+/// the saga: every completed call of a tool with `compensate = path` is
+/// recorded, in order, with what its compensation needs.
+#[derive(Clone)]
+pub struct Saga {
+    ctx: Ctx,
+    log: Arc<Log>,
+}
+
+impl Debug for Saga {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Saga")
+            .field("name", &self.log.name)
+            .field("ctx", &self.ctx)
+            .finish()
+    }
+}
+
+impl Saga {
+    /// The context to make the saga's calls with.
+    pub fn ctx(&self) -> &Ctx {
+        &self.ctx
+    }
+
+    /// The saga's name.
+    pub fn name(&self) -> &str {
+        &self.log.name
+    }
+
+    /// Rolls the saga back once its body returns, whatever it returns:
+    /// return the error this gives from the body (`return
+    /// Err(s.abort("out of stock"))`). The reason is what operators and
+    /// [`ToolError::Compensated`] show.
+    pub fn abort<E>(&self, reason: impl Into<String>) -> ToolError<E> {
+        let reason = reason.into();
+        let mut aborted = self
+            .log
+            .aborted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if aborted.is_none() {
+            *aborted = Some(reason.clone());
+        }
+        ToolError::Compensated {
+            saga: self.log.name.clone(),
+            reason,
+        }
+    }
+}
+
+/// What a saga's body recorded.
+pub(crate) struct Log {
+    name: String,
+    steps: Mutex<Vec<Done>>,
+    aborted: Mutex<Option<String>>,
+}
+
+/// A completed compensable call.
+struct Done {
+    step: StepRef,
+    undo: Option<UndoFn>,
+}
+
+type UndoFn = Box<dyn FnOnce(Ctx) -> BoxFuture<'static, Undone> + Send>;
+
+/// What a compensation's call came to, with the journal's error kept.
+#[doc(hidden)]
+pub struct Undone {
+    undo: Undo,
+    fault: Option<Error>,
+}
+
+/// Records a completed call of a compensable tool, when `ctx` is a saga's
+/// (the attribute's wrapper calls this after the call returned a value).
+pub fn record<T, F>(ctx: &Ctx, key: &IdemKey, tool: &'static ToolDescriptor, result: &T, undo: F)
+where
+    T: Serialize + DeserializeOwned + Send + 'static,
+    F: FnOnce(Ctx, T) -> BoxFuture<'static, Undone> + Send + 'static,
+{
+    let Some(log) = &ctx.scope.saga else { return };
+    let step = StepRef {
+        tool: tool.name.to_string(),
+        key: key.to_string(),
+    };
+    let mut steps = log.steps.lock().unwrap_or_else(PoisonError::into_inner);
+    if steps.iter().any(|d| d.step == step) {
+        return; // the same call again: a replay of the one recorded
+    }
+    // A copy of the result for the compensation, through the journal's own
+    // encoding (which every journaled result round-trips, replays rely on
+    // it). One that does not come back cannot be compensated: the rollback
+    // escalates at that step instead of guessing.
+    let copy = codec::encode(result).and_then(|bytes| codec::decode::<T>(&bytes));
+    let undo: Option<UndoFn> = match copy {
+        Ok(copy) => Some(Box::new(move |c| undo(c, copy))),
+        Err(_) => None,
+    };
+    steps.push(Done { step, undo });
+}
+
+/// What a compensation's result means for the saga.
+pub fn undone<U, E: Classify + Debug>(result: Result<U, ToolError<E>>) -> Undone {
+    let (undo, fault) = match result {
+        Ok(_) => (Undo::Done, None),
+        Err(ToolError::Tool(e)) => match e.classify() {
+            Failure::Semantic => (Undo::Refused(format!("{e:?}")), None),
+            _ => (
+                Undo::Unsettled(format!("it failed and its retries are spent: {e:?}")),
+                None,
+            ),
+        },
+        Err(ToolError::NotApproved { note, .. }) => (
+            Undo::Refused(format!("a person did not approve it: {note}")),
+            None,
+        ),
+        Err(ToolError::Abandoned { key }) => (
+            Undo::Refused(format!("an operator abandoned it ({key})")),
+            None,
+        ),
+        Err(ToolError::Compensated { saga, reason }) => (
+            Undo::Refused(format!("saga {saga} was rolled back: {reason}")),
+            None,
+        ),
+        Err(ToolError::ArgsMismatch { key }) => (
+            Undo::Refused(format!(
+                "{key} was first called with other arguments (on_drift = \"reject\")"
+            )),
+            None,
+        ),
+        Err(ToolError::Escalated { key, reason }) => {
+            (Undo::Unsettled(format!("{key} escalated: {reason}")), None)
+        }
+        Err(ToolError::AwaitingApproval { key }) => (
+            Undo::Unsettled(format!("{key} awaits a person's approval")),
+            None,
+        ),
+        Err(ToolError::InFlight { .. }) => (Undo::Busy, None),
+        Err(ToolError::Journal(e)) => (Undo::Journal, Some(e)),
+    };
+    Undone { undo, fault }
+}
+
+/// Names of the saga's memoized values.
+fn decision_step(name: &str) -> String {
+    format!("idem.saga/{name}/decision")
+}
+
+fn end_step(name: &str) -> String {
+    format!("idem.saga/{name}/end")
+}
+
+fn started_step(name: &str) -> String {
+    format!("idem.saga/{name}/started")
+}
+
+impl Ctx {
+    /// Runs `body` as a saga named `name` (unique within this run and
+    /// scope) and returns its result.
+    ///
+    /// Inside, make calls with the saga's [`Saga::ctx`]. When the body
+    /// returns a [`Failure::Semantic`] tool error, a person's refusal
+    /// (`NotApproved`), or anything after [`Saga::abort`], the
+    /// compensations of its completed compensable calls run in reverse
+    /// order, each a journaled call keyed from the original's key, so each
+    /// runs once across crashes and retries; then the saga returns
+    /// [`ToolError::Compensated`]. The decision is durable: a saga run
+    /// again after a crash goes on compensating (its body runs again so its
+    /// completed calls, replayed from the journal, hand over their
+    /// compensations), and a saga that ended returns its end without
+    /// running its body. Errors whose outcome is in doubt (escalated, in
+    /// flight, journal) are returned as they are and leave the saga open.
+    /// A compensation refused for good, or one this run cannot reach,
+    /// escalates the saga ([`ToolError::Escalated`] with what ran, what was
+    /// undone and what is left) for good; one that cannot be settled yet
+    /// escalates it until its next run.
+    pub async fn saga<T, E, F, Fut>(&self, name: &str, body: F) -> Result<T, ToolError<E>>
+    where
+        E: Classify + Debug,
+        F: FnOnce(Saga) -> Fut,
+        Fut: Future<Output = Result<T, ToolError<E>>>,
+    {
+        let key = KeyBuilder::new(self.prefix(), "idem.saga")
+            .field(name)
+            .finish();
+        let run = SagaRun {
+            ctx: self,
+            name,
+            key: &key,
+        };
+        if let Some(end) = crate::step::peek::<End>(self, &end_step(name)).await? {
+            return Err(run.ended(end));
+        }
+        let decided = crate::step::peek::<Decision>(self, &decision_step(name)).await?;
+        if decided.is_none() {
+            run.start().await?;
+        }
+        let log = Arc::new(Log {
+            name: name.to_string(),
+            steps: Mutex::new(Vec::new()),
+            aborted: Mutex::new(None),
+        });
+        let saga = Saga {
+            ctx: self.with_saga(Some(log.clone()), false),
+            log: log.clone(),
+        };
+        let result = body(saga).await;
+        let aborted = log
+            .aborted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let ended = match (&aborted, &result) {
+            (Some(reason), _) => BodyEnd::Refused(reason.clone()),
+            (None, Ok(_)) => BodyEnd::Done,
+            (None, Err(ToolError::Tool(e))) if matches!(e.classify(), Failure::Semantic) => {
+                BodyEnd::Refused(format!("{e:?}"))
+            }
+            (None, Err(ToolError::NotApproved { key, note })) => {
+                BodyEnd::Refused(format!("{key} was not approved: {note}"))
+            }
+            (None, Err(ToolError::Compensated { saga, reason })) => {
+                BodyEnd::Refused(format!("saga {saga} was rolled back: {reason}"))
+            }
+            (None, Err(_)) => BodyEnd::InDoubt,
+        };
+        let decision = match decide::after_body(decided.as_ref(), ended) {
+            AfterBody::Return => return result,
+            AfterBody::Compensate => decided.unwrap_or_else(|| Decision {
+                reason: String::new(),
+                steps: Vec::new(),
+            }),
+            AfterBody::Decide(reason) => {
+                let steps = log
+                    .steps
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .iter()
+                    .map(|d| d.step.clone())
+                    .collect();
+                let proposed = Decision { reason, steps };
+                // The first decision stored wins (another run may have
+                // stored its own meanwhile).
+                let stored = self
+                    .step(&decision_step(name), async {
+                        Ok::<_, std::convert::Infallible>(proposed)
+                    })
+                    .await
+                    .map_err(journal_only)?;
+                run.emit(EventKind::Compensating {
+                    saga: name.to_string(),
+                    reason: stored.reason.clone(),
+                    steps: stored.steps.iter().map(ToString::to_string).collect(),
+                })
+                .await?;
+                stored
+            }
+        };
+        let steps = std::mem::take(&mut *log.steps.lock().unwrap_or_else(PoisonError::into_inner));
+        run.roll_back(decision, steps).await
+    }
+}
+
+/// A journal error of a step whose future cannot fail.
+fn journal_only<E>(e: ToolError<std::convert::Infallible>) -> ToolError<E> {
+    match e {
+        ToolError::Journal(e) => ToolError::Journal(e),
+        ToolError::InFlight { key } => ToolError::InFlight { key },
+        other => ToolError::Journal(Error::Usage(format!("idem saga: {other}"))),
+    }
+}
+
+/// One run of one saga.
+struct SagaRun<'a> {
+    ctx: &'a Ctx,
+    name: &'a str,
+    key: &'a IdemKey,
+}
+
+impl SagaRun<'_> {
+    fn ended<E>(&self, end: End) -> ToolError<E> {
+        match end {
+            End::Compensated { reason, .. } => ToolError::Compensated {
+                saga: self.name.to_string(),
+                reason,
+            },
+            End::Escalated { reason } => ToolError::Escalated {
+                key: self.key.clone(),
+                reason,
+            },
+        }
+    }
+
+    async fn emit(&self, kind: EventKind) -> Result<(), Error> {
+        let shared = self.ctx.shared();
+        let tool = format!("saga:{}", self.name);
+        let draft = Draft {
+            at_ms: shared.clock.now_ms(),
+            tool: &tool,
+            key: Some(self.key),
+            root_run: self.ctx.root_run(),
+            agent: self.ctx.agent(),
+            worker: &shared.owner,
+            kind,
+        };
+        shared
+            .audit
+            .emit(&*shared.journal, draft, Durability::Eventual)
+            .await
+            .map(|_| ())
+    }
+
+    /// The first run of the saga's body is recorded (and announced) once.
+    async fn start<E>(&self) -> Result<(), ToolError<E>> {
+        let mut first = false;
+        self.ctx
+            .step(&started_step(self.name), async {
+                first = true;
+                Ok::<_, std::convert::Infallible>(())
+            })
+            .await
+            .map_err(journal_only)?;
+        if first {
+            self.emit(EventKind::SagaStarted {
+                saga: self.name.to_string(),
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Stores how the saga ended (the first end stored wins) and returns
+    /// it as the saga's error.
+    async fn end<T, E>(&self, end: End) -> Result<T, ToolError<E>> {
+        let stored = self
+            .ctx
+            .step(&end_step(self.name), async {
+                Ok::<_, std::convert::Infallible>(end)
+            })
+            .await
+            .map_err(journal_only)?;
+        let kind = match &stored {
+            End::Compensated { reason, undone } => EventKind::Compensated {
+                saga: self.name.to_string(),
+                reason: reason.clone(),
+                undone: undone.iter().map(ToString::to_string).collect(),
+            },
+            End::Escalated { reason } => EventKind::SagaEscalated {
+                saga: self.name.to_string(),
+                reason: reason.clone(),
+            },
+        };
+        self.emit(kind).await?;
+        Err(self.ended(stored))
+    }
+
+    async fn roll_back<T, E>(
+        &self,
+        decision: Decision,
+        steps: Vec<Done>,
+    ) -> Result<T, ToolError<E>> {
+        let completed: Vec<StepRef> = steps.iter().map(|d| d.step.clone()).collect();
+        let ran = {
+            let mut all = decision.steps.clone();
+            all.extend(
+                completed
+                    .iter()
+                    .filter(|s| !decision.steps.contains(s))
+                    .cloned(),
+            );
+            all
+        };
+        let mut held: Vec<Done> = steps;
+        let order = decide::rollback_order(&decision.steps, &completed, |s| {
+            held.iter().any(|d| &d.step == s)
+        });
+        let mut undone: Vec<StepRef> = Vec::new();
+        let escalate = |why: String, undone: &[StepRef]| {
+            decide::evidence(self.name, &decision.reason, &ran, undone, &why)
+        };
+        for (step, slot) in order {
+            let mut fault = None;
+            let next = match decide::at_step(&step, slot) {
+                Err(why) => Next::EscalateForGood(why),
+                Ok(()) => {
+                    let undo = held
+                        .iter_mut()
+                        .find(|d| d.step == step)
+                        .and_then(|d| d.undo.take());
+                    match undo {
+                        Some(undo) => {
+                            let cctx = self
+                                .ctx
+                                .scope(&format!("idem.compensate/{}", step.key))
+                                .with_saga(None, true);
+                            let done = undo(cctx).await;
+                            fault = done.fault;
+                            decide::after_undo(&step, done.undo)
+                        }
+                        None => Next::EscalateForGood(format!(
+                            "the result of {step} could not be copied for its compensation"
+                        )),
+                    }
+                }
+            };
+            match next {
+                Next::Continue => undone.push(step),
+                Next::EscalateForGood(why) => {
+                    let reason = escalate(why, &undone);
+                    return self.end(End::Escalated { reason }).await;
+                }
+                Next::EscalateForNow(why) => {
+                    let reason = escalate(why, &undone);
+                    self.emit(EventKind::SagaEscalated {
+                        saga: self.name.to_string(),
+                        reason: reason.clone(),
+                    })
+                    .await?;
+                    return Err(ToolError::Escalated {
+                        key: self.key.clone(),
+                        reason,
+                    });
+                }
+                Next::Busy => {
+                    return Err(ToolError::InFlight {
+                        key: self.key.clone(),
+                    })
+                }
+                Next::Journal => {
+                    return Err(ToolError::Journal(fault.unwrap_or_else(|| {
+                        Error::Usage("idem saga: a journal error went missing (a bug)".into())
+                    })))
+                }
+            }
+        }
+        self.end(End::Compensated {
+            reason: decision.reason.clone(),
+            undone,
+        })
+        .await
+    }
+}
+
+/// Whether calls made with `ctx` are part of a saga (whose compensable
+/// calls are recorded).
+pub fn in_saga(ctx: &Ctx) -> bool {
+    ctx.scope.saga.is_some()
+}
+
+/// A compensation that takes only the original call's result.
+#[doc(hidden)]
+pub struct ResultOnly;
+
+/// A compensation that takes the original call's result and then all of
+/// its arguments.
+#[doc(hidden)]
+pub struct WithArgs;
+
+/// A function that can compensate a call whose result is `T` and whose
+/// arguments (by reference) are `A`: an async fn of `(&Ctx, &T)` or of
+/// `(&Ctx, &T, &A0, &A1, ..)`, chosen by its arity (`M`).
+#[doc(hidden)]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot compensate this tool",
+    label = "not a compensation of this tool",
+    note = "a compensation is a #[tool] of a side-effecting class whose parameters after `ctx: &Ctx` are the original call's result by reference (`&{T}`), then optionally every argument of the original, by reference and in order"
+)]
+pub trait Compensation<'a, T, A, M> {
+    /// The call's future.
+    type Future: Future;
+    /// Starts the compensation.
+    fn start(self, ctx: &'a Ctx, result: &'a T, args: A) -> Self::Future;
+}
+
+impl<'a, F, Fut, T: 'a, A> Compensation<'a, T, A, ResultOnly> for F
+where
+    F: FnOnce(&'a Ctx, &'a T) -> Fut,
+    Fut: Future,
+{
+    type Future = Fut;
+    fn start(self, ctx: &'a Ctx, result: &'a T, _args: A) -> Fut {
+        self(ctx, result)
+    }
+}
+
+macro_rules! with_args {
+    ($($a:ident),+) => {
+        impl<'a, F, Fut, T: 'a, $($a: 'a),+> Compensation<'a, T, ($(&'a $a,)+), WithArgs> for F
+        where
+            F: FnOnce(&'a Ctx, &'a T, $(&'a $a),+) -> Fut,
+            Fut: Future,
+        {
+            type Future = Fut;
+            #[allow(non_snake_case)]
+            fn start(self, ctx: &'a Ctx, result: &'a T, ($($a,)+): ($(&'a $a,)+)) -> Fut {
+                self(ctx, result, $($a),+)
+            }
+        }
+    };
+}
+
+with_args!(A0);
+with_args!(A0, A1);
+with_args!(A0, A1, A2);
+with_args!(A0, A1, A2, A3);
+with_args!(A0, A1, A2, A3, A4);
+with_args!(A0, A1, A2, A3, A4, A5);
+with_args!(A0, A1, A2, A3, A4, A5, A6);
+with_args!(A0, A1, A2, A3, A4, A5, A6, A7);
