@@ -99,6 +99,95 @@
 //! audit event, or refused with [`ToolError::ArgsMismatch`] under
 //! `on_drift = "reject"`.
 //!
+//! # Approval, compensation, retries: which one
+//!
+//! - **Retry** (every class) is for failures that did not change anything
+//!   or whose effect the provider deduplicates: the same call again is
+//!   safe, and the class says when.
+//! - **`at_most_once`** is for effects nobody can look up or deduplicate:
+//!   in doubt, idem parks the call for a person *after* the fact.
+//! - **Approval** (`approve = ...`) asks a person *before* the first
+//!   attempt, whatever the class: for calls a person must allow (a large
+//!   wire, a message to every customer), not for calls in doubt.
+//! - **Compensation** (`compensate = path` and [`Ctx::saga`]) undoes
+//!   effects that did happen, when a later step of the same workflow was
+//!   refused: a refund after a charge whose order cannot ship. Retry
+//!   prevents doing it twice; compensation takes back what should not have
+//!   been done at all.
+//!
+//! # Sagas
+//!
+//! A tool names its compensation, another `#[tool]` of a side-effecting
+//! class whose parameters after the context are the original's result by
+//! reference (then, optionally, every argument of the original by
+//! reference, in order; a function of another shape is a compile error).
+//! Calls made with a saga's [`Saga::ctx`] are recorded; when its body
+//! returns a semantic failure (or [`Saga::abort`]s), the completed steps
+//! are compensated, the last first, each exactly once across crashes, and
+//! the saga returns [`ToolError::Compensated`]:
+//!
+//! ```
+//! use idem::{tool, Classify, Ctx, Failure, Runtime, ToolError};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Debug)]
+//! struct Declined(&'static str);
+//! impl Classify for Declined {
+//!     fn classify(&self) -> Failure {
+//!         Failure::Semantic
+//!     }
+//! }
+//!
+//! #[derive(Debug, Clone, Serialize, Deserialize)]
+//! struct Charge { id: String, cents: u64 }
+//!
+//! #[tool(class = "provider", key = "order_id", compensate = refund)]
+//! async fn charge(ctx: &Ctx, order_id: u64, cents: u64) -> Result<Charge, Declined> {
+//!     Ok(Charge { id: format!("ch_{order_id}"), cents }) // the payments API, keyed
+//! }
+//!
+//! /// The compensation: the charge, then charge's arguments, by reference.
+//! #[tool(class = "provider", key = "charge.id")]
+//! async fn refund(ctx: &Ctx, charge: &Charge, order_id: &u64, cents: &u64) -> Result<(), Declined> {
+//!     Ok(()) // refunds charge.id, with ctx.idempotency_key()
+//! }
+//!
+//! #[tool(class = "provider", key = "order_id")]
+//! async fn ship(ctx: &Ctx, order_id: u64) -> Result<String, Declined> {
+//!     Err(Declined("no courier for this address"))
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! let rt = Runtime::open(dir.path())?;
+//! let ctx = rt.run("order-4711");
+//! let shipped = ctx
+//!     .saga("order", |s| async move {
+//!         charge(s.ctx(), 4711, 1_990).await?;
+//!         ship(s.ctx(), 4711).await // refused: the charge is refunded
+//!     })
+//!     .await;
+//! assert!(matches!(shipped, Err(ToolError::Compensated { .. })));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The decision to roll back and the saga's end are durable: a saga run
+//! again after a crash replays its completed calls, goes on compensating
+//! where it stopped (a compensation that already ran is replayed, not
+//! repeated), and a saga that ended returns its end without running its
+//! body. An error whose outcome is in doubt (escalated, in flight, journal)
+//! is returned as it is and leaves the saga open. A compensation refused
+//! for good escalates the saga ([`ToolError::Escalated`] with what ran,
+//! what was undone and what is left); one that cannot be settled yet (an
+//! `at_most_once` compensation cut off mid-call, parked for a person)
+//! escalates it until its next run. The audit stream records
+//! `SagaStarted`, `Compensating`, `Compensated` and `SagaEscalated`.
+//! Compensable tools take owned arguments that are `Send + 'static` (the
+//! saga keeps copies), and a `read_only` tool cannot compensate (it is
+//! refused before it runs: it would run again on every resume).
+//!
 //! # Tools for a model: JSON dispatch
 //!
 //! Alongside the typed wrapper, `#[tool]` generates for each tool whose
