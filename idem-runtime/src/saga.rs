@@ -24,7 +24,7 @@ use crate::error::ToolError;
 use crate::failure::{Classify, Failure};
 use crate::key::KeyBuilder;
 use crate::machine::saga::{
-    self as decide, AfterBody, BodyEnd, Decision, End, Next, StepRef, Undo,
+    Action, BodyEnd, Decision, End, Input, Outcome, Run, SagaEvent, StepRef, Undo,
 };
 use idem_journal::audit::{Draft, EventKind};
 use idem_journal::codec;
@@ -223,76 +223,170 @@ impl Ctx {
             name,
             key: &key,
         };
-        if let Some(end) = crate::step::peek::<End>(self, &end_step(name)).await? {
-            return Err(run.ended(end));
-        }
-        let decided = crate::step::peek::<Decision>(self, &decision_step(name)).await?;
-        if decided.is_none() {
-            run.start().await?;
-        }
         let log = Arc::new(Log {
             name: name.to_string(),
             steps: Mutex::new(Vec::new()),
             aborted: Mutex::new(None),
         });
-        let saga = Saga {
-            ctx: self.with_saga(Some(log.clone()), false),
-            log: log.clone(),
-        };
-        let result = body(saga).await;
-        let aborted = log
-            .aborted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let ended = match (&aborted, &result) {
-            (Some(reason), _) => BodyEnd::Refused(reason.clone()),
-            (None, Ok(_)) => BodyEnd::Done,
-            (None, Err(ToolError::Tool(e))) if matches!(e.classify(), Failure::Semantic) => {
-                BodyEnd::Refused(format!("{e:?}"))
-            }
-            (None, Err(ToolError::NotApproved { key, note })) => {
-                BodyEnd::Refused(format!("{key} was not approved: {note}"))
-            }
-            (None, Err(ToolError::Compensated { saga, reason })) => {
-                BodyEnd::Refused(format!("saga {saga} was rolled back: {reason}"))
-            }
-            (None, Err(_)) => BodyEnd::InDoubt,
-        };
-        let decision = match decide::after_body(decided.as_ref(), ended) {
-            AfterBody::Return => return result,
-            AfterBody::Compensate => decided.unwrap_or_else(|| Decision {
-                reason: String::new(),
-                steps: Vec::new(),
-            }),
-            AfterBody::Decide(reason) => {
-                let steps = log
-                    .steps
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .iter()
-                    .map(|d| d.step.clone())
-                    .collect();
-                let proposed = Decision { reason, steps };
-                // The first decision stored wins (another run may have
-                // stored its own meanwhile).
-                let stored = self
-                    .step(&decision_step(name), async {
-                        Ok::<_, std::convert::Infallible>(proposed)
-                    })
-                    .await
-                    .map_err(journal_only)?;
-                run.emit(EventKind::Compensating {
-                    saga: name.to_string(),
-                    reason: stored.reason.clone(),
-                    steps: stored.steps.iter().map(ToString::to_string).collect(),
-                })
-                .await?;
-                stored
-            }
-        };
-        let steps = std::mem::take(&mut *log.steps.lock().unwrap_or_else(PoisonError::into_inner));
-        run.roll_back(decision, steps).await
+        let mut body = Some(body);
+        let mut result: Option<Result<T, ToolError<E>>> = None;
+        let mut fault: Option<ToolError<E>> = None;
+        let mut held: Vec<Done> = Vec::new();
+        let mut machine = Run::new(name);
+        let mut input = Input::Start;
+        loop {
+            input = match machine.step(input) {
+                Action::Read => {
+                    let found = async {
+                        let end = crate::step::peek::<End>(self, &end_step(name)).await?;
+                        let decision = match end {
+                            Some(_) => None,
+                            None => {
+                                crate::step::peek::<Decision>(self, &decision_step(name)).await?
+                            }
+                        };
+                        Ok::<_, Error>(Input::Found { end, decision })
+                    };
+                    run.or_fault(found.await, &mut fault)
+                }
+                Action::MarkStarted => {
+                    let mut first = false;
+                    let marked = self
+                        .step(&started_step(name), async {
+                            first = true;
+                            Ok::<_, std::convert::Infallible>(())
+                        })
+                        .await;
+                    match marked {
+                        Ok(()) => Input::Started { first },
+                        Err(e) => {
+                            fault = Some(journal_only(e));
+                            Input::JournalFailed
+                        }
+                    }
+                }
+                Action::Emit(event) => {
+                    let emitted = run.emit(run.event(event)).await.map(|()| Input::Emitted);
+                    run.or_fault(emitted, &mut fault)
+                }
+                Action::RunBody => {
+                    let Some(body) = body.take() else {
+                        return Err(ToolError::Journal(Error::Usage(
+                            "idem saga: the body was asked to run twice (a bug)".into(),
+                        )));
+                    };
+                    let saga = Saga {
+                        ctx: self.with_saga(Some(log.clone()), false),
+                        log: log.clone(),
+                    };
+                    let returned = body(saga).await;
+                    let end = body_end(&log, &returned);
+                    result = Some(returned);
+                    held = std::mem::take(
+                        &mut *log.steps.lock().unwrap_or_else(PoisonError::into_inner),
+                    );
+                    Input::BodyEnded {
+                        end,
+                        completed: held.iter().map(|d| d.step.clone()).collect(),
+                        held: held.iter().map(|d| d.step.clone()).collect(),
+                    }
+                }
+                Action::StoreDecision(proposed) => {
+                    let stored = self
+                        .step(&decision_step(name), async {
+                            Ok::<_, std::convert::Infallible>(proposed)
+                        })
+                        .await;
+                    match stored {
+                        Ok(d) => Input::Decided(d),
+                        Err(e) => {
+                            fault = Some(journal_only(e));
+                            Input::JournalFailed
+                        }
+                    }
+                }
+                Action::Undo(step) => {
+                    let undo = held
+                        .iter_mut()
+                        .find(|d| d.step == step)
+                        .and_then(|d| d.undo.take());
+                    match undo {
+                        Some(undo) => {
+                            let cctx = self
+                                .scope(&format!("idem.compensate/{}", step.key))
+                                .with_saga(None, true);
+                            let done = undo(cctx).await;
+                            if let Some(e) = done.fault {
+                                fault = Some(ToolError::Journal(e));
+                            }
+                            Input::Undone(done.undo)
+                        }
+                        // Its result did not survive the copy: nothing can
+                        // undo it but a person.
+                        None => Input::Undone(Undo::Refused(
+                            "its result could not be copied for its compensation".into(),
+                        )),
+                    }
+                }
+                Action::StoreEnd(end) => {
+                    let stored = self
+                        .step(&end_step(name), async {
+                            Ok::<_, std::convert::Infallible>(end)
+                        })
+                        .await;
+                    match stored {
+                        Ok(end) => Input::Stored(end),
+                        Err(e) => {
+                            fault = Some(journal_only(e));
+                            Input::JournalFailed
+                        }
+                    }
+                }
+                Action::Return(outcome) => {
+                    return match outcome {
+                        Outcome::Body => result.unwrap_or_else(|| {
+                            Err(ToolError::Journal(Error::Usage(
+                                "idem saga: no result of the body (a bug)".into(),
+                            )))
+                        }),
+                        Outcome::End(end) => Err(run.ended(end)),
+                        Outcome::EscalatedForNow(reason) => Err(ToolError::Escalated {
+                            key: key.clone(),
+                            reason,
+                        }),
+                        Outcome::Busy => Err(ToolError::InFlight { key: key.clone() }),
+                        Outcome::Journal => Err(fault.unwrap_or_else(|| {
+                            ToolError::Journal(Error::Usage(
+                                "idem saga: a journal error went missing (a bug)".into(),
+                            ))
+                        })),
+                    };
+                }
+            };
+        }
+    }
+}
+
+/// How the body ended, as far as the saga cares.
+fn body_end<T, E: Classify + Debug>(log: &Log, result: &Result<T, ToolError<E>>) -> BodyEnd {
+    let aborted = log
+        .aborted
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    match (aborted, result) {
+        (Some(reason), _) => BodyEnd::Refused(reason),
+        (None, Ok(_)) => BodyEnd::Done,
+        (None, Err(ToolError::Tool(e))) if matches!(e.classify(), Failure::Semantic) => {
+            BodyEnd::Refused(format!("{e:?}"))
+        }
+        (None, Err(ToolError::NotApproved { key, note })) => {
+            BodyEnd::Refused(format!("{key} was not approved: {note}"))
+        }
+        (None, Err(ToolError::Compensated { saga, reason })) => {
+            BodyEnd::Refused(format!("saga {saga} was rolled back: {reason}"))
+        }
+        (None, Err(_)) => BodyEnd::InDoubt,
     }
 }
 
@@ -345,134 +439,33 @@ impl SagaRun<'_> {
             .map(|_| ())
     }
 
-    /// The first run of the saga's body is recorded (and announced) once.
-    async fn start<E>(&self) -> Result<(), ToolError<E>> {
-        let mut first = false;
-        self.ctx
-            .step(&started_step(self.name), async {
-                first = true;
-                Ok::<_, std::convert::Infallible>(())
-            })
-            .await
-            .map_err(journal_only)?;
-        if first {
-            self.emit(EventKind::SagaStarted {
-                saga: self.name.to_string(),
-            })
-            .await?;
-        }
-        Ok(())
-    }
-
-    /// Stores how the saga ended (the first end stored wins) and returns
-    /// it as the saga's error.
-    async fn end<T, E>(&self, end: End) -> Result<T, ToolError<E>> {
-        let stored = self
-            .ctx
-            .step(&end_step(self.name), async {
-                Ok::<_, std::convert::Infallible>(end)
-            })
-            .await
-            .map_err(journal_only)?;
-        let kind = match &stored {
-            End::Compensated { reason, undone } => EventKind::Compensated {
-                saga: self.name.to_string(),
-                reason: reason.clone(),
+    /// The audit event of a saga event.
+    fn event(&self, event: SagaEvent) -> EventKind {
+        let saga = self.name.to_string();
+        match event {
+            SagaEvent::Started => EventKind::SagaStarted { saga },
+            SagaEvent::Compensating(d) => EventKind::Compensating {
+                saga,
+                reason: d.reason,
+                steps: d.steps.iter().map(ToString::to_string).collect(),
+            },
+            SagaEvent::Ended(End::Compensated { reason, undone }) => EventKind::Compensated {
+                saga,
+                reason,
                 undone: undone.iter().map(ToString::to_string).collect(),
             },
-            End::Escalated { reason } => EventKind::SagaEscalated {
-                saga: self.name.to_string(),
-                reason: reason.clone(),
-            },
-        };
-        self.emit(kind).await?;
-        Err(self.ended(stored))
-    }
-
-    async fn roll_back<T, E>(
-        &self,
-        decision: Decision,
-        steps: Vec<Done>,
-    ) -> Result<T, ToolError<E>> {
-        let completed: Vec<StepRef> = steps.iter().map(|d| d.step.clone()).collect();
-        let ran = {
-            let mut all = decision.steps.clone();
-            all.extend(
-                completed
-                    .iter()
-                    .filter(|s| !decision.steps.contains(s))
-                    .cloned(),
-            );
-            all
-        };
-        let mut held: Vec<Done> = steps;
-        let order = decide::rollback_order(&decision.steps, &completed, |s| {
-            held.iter().any(|d| &d.step == s)
-        });
-        let mut undone: Vec<StepRef> = Vec::new();
-        let escalate = |why: String, undone: &[StepRef]| {
-            decide::evidence(self.name, &decision.reason, &ran, undone, &why)
-        };
-        for (step, slot) in order {
-            let mut fault = None;
-            let next = match decide::at_step(&step, slot) {
-                Err(why) => Next::EscalateForGood(why),
-                Ok(()) => {
-                    let undo = held
-                        .iter_mut()
-                        .find(|d| d.step == step)
-                        .and_then(|d| d.undo.take());
-                    match undo {
-                        Some(undo) => {
-                            let cctx = self
-                                .ctx
-                                .scope(&format!("idem.compensate/{}", step.key))
-                                .with_saga(None, true);
-                            let done = undo(cctx).await;
-                            fault = done.fault;
-                            decide::after_undo(&step, done.undo)
-                        }
-                        None => Next::EscalateForGood(format!(
-                            "the result of {step} could not be copied for its compensation"
-                        )),
-                    }
-                }
-            };
-            match next {
-                Next::Continue => undone.push(step),
-                Next::EscalateForGood(why) => {
-                    let reason = escalate(why, &undone);
-                    return self.end(End::Escalated { reason }).await;
-                }
-                Next::EscalateForNow(why) => {
-                    let reason = escalate(why, &undone);
-                    self.emit(EventKind::SagaEscalated {
-                        saga: self.name.to_string(),
-                        reason: reason.clone(),
-                    })
-                    .await?;
-                    return Err(ToolError::Escalated {
-                        key: self.key.clone(),
-                        reason,
-                    });
-                }
-                Next::Busy => {
-                    return Err(ToolError::InFlight {
-                        key: self.key.clone(),
-                    })
-                }
-                Next::Journal => {
-                    return Err(ToolError::Journal(fault.unwrap_or_else(|| {
-                        Error::Usage("idem saga: a journal error went missing (a bug)".into())
-                    })))
-                }
+            SagaEvent::Ended(End::Escalated { reason }) | SagaEvent::EscalatedForNow(reason) => {
+                EventKind::SagaEscalated { saga, reason }
             }
         }
-        self.end(End::Compensated {
-            reason: decision.reason.clone(),
-            undone,
+    }
+
+    /// The input of a journal operation's result, keeping its error.
+    fn or_fault<E>(&self, r: Result<Input, Error>, fault: &mut Option<ToolError<E>>) -> Input {
+        r.unwrap_or_else(|e| {
+            *fault = Some(ToolError::Journal(e));
+            Input::JournalFailed
         })
-        .await
     }
 }
 

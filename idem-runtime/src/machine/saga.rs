@@ -24,7 +24,7 @@
 use serde::{Deserialize, Serialize};
 
 /// One completed compensable step, as the decision stores it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StepRef {
     /// The tool that ran.
     pub tool: String,
@@ -39,7 +39,7 @@ impl std::fmt::Display for StepRef {
 }
 
 /// The durable decision to roll a saga back.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Decision {
     /// Why.
     pub reason: String,
@@ -48,7 +48,7 @@ pub struct Decision {
 }
 
 /// How a saga ended, stored once it did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum End {
     /// Every completed step was undone.
     Compensated {
@@ -65,7 +65,7 @@ pub enum End {
 }
 
 /// How the body ended, as far as the saga cares.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum BodyEnd {
     /// It returned a value and did not abort.
     Done,
@@ -101,7 +101,7 @@ pub fn after_body(decided: Option<&Decision>, body: BodyEnd) -> AfterBody {
 }
 
 /// What one compensation's call came to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Undo {
     /// It returned a value: the step is undone.
     Done,
@@ -117,7 +117,7 @@ pub enum Undo {
 }
 
 /// One step of the rollback, walked from the last step back.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Slot {
     /// This run holds the step's compensation.
     Held,
@@ -225,6 +225,305 @@ pub fn evidence(
         list(undone),
         list(&left)
     )
+}
+
+/// Where a run of a saga stands.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Phase {
+    Start,
+    Reading,
+    Starting,
+    Announcing,
+    Running,
+    Deciding,
+    Announced,
+    Undoing,
+    Ending,
+    Reporting(Outcome),
+    Done,
+}
+
+/// What the saga machine is told.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Input {
+    /// The run begins.
+    Start,
+    /// What the journal holds of the saga: its end and its decision.
+    Found {
+        /// How it ended, if it did.
+        end: Option<End>,
+        /// The decision to roll back, if one was stored.
+        decision: Option<Decision>,
+    },
+    /// The first-run mark is stored; `first`: by this run.
+    Started {
+        /// Whether this run stored it.
+        first: bool,
+    },
+    /// The body returned.
+    BodyEnded {
+        /// How, as far as the saga cares.
+        end: BodyEnd,
+        /// The compensable calls it completed, in order.
+        completed: Vec<StepRef>,
+        /// Those of them whose compensation this run holds.
+        held: Vec<StepRef>,
+    },
+    /// The decision stored: this run's, or one stored before it.
+    Decided(Decision),
+    /// An event was appended.
+    Emitted,
+    /// A compensation's call came to this.
+    Undone(Undo),
+    /// The end stored: this run's, or one stored before it.
+    Stored(End),
+    /// A journal read or write failed.
+    JournalFailed,
+}
+
+/// What the driver does next.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[must_use]
+pub enum Action {
+    /// Read the saga's end and decision.
+    Read,
+    /// Store the first-run mark (a memoized step).
+    MarkStarted,
+    /// Append this event.
+    Emit(SagaEvent),
+    /// Run the body.
+    RunBody,
+    /// Store this decision; the first stored wins.
+    StoreDecision(Decision),
+    /// Run this step's compensation.
+    Undo(StepRef),
+    /// Store this end; the first stored wins.
+    StoreEnd(End),
+    /// Return.
+    Return(Outcome),
+}
+
+/// An event of the saga's own (the driver fills in the saga's name).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SagaEvent {
+    /// `SagaStarted`.
+    Started,
+    /// `Compensating` with the decision.
+    Compensating(Decision),
+    /// `Compensated` or `SagaEscalated`, for an end stored.
+    Ended(End),
+    /// `SagaEscalated` for now, with the evidence.
+    EscalatedForNow(String),
+}
+
+/// How a run of a saga returns.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The body's own result.
+    Body,
+    /// The saga's end: `Compensated` or `Escalated`.
+    End(End),
+    /// `Escalated` with this evidence; the next run resumes.
+    EscalatedForNow(String),
+    /// `InFlight`: another call compensates a step right now.
+    Busy,
+    /// The journal's error.
+    Journal,
+}
+
+/// One run of a saga: the whole decision procedure of `Ctx::saga`, fed
+/// what the driver's actions brought back.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Run {
+    saga: String,
+    phase: Phase,
+    decision: Option<Decision>,
+    ran: Vec<StepRef>,
+    order: Vec<(StepRef, Slot)>,
+    next: usize,
+    undone: Vec<StepRef>,
+}
+
+impl Run {
+    /// A run of the saga named `saga`.
+    pub fn new(saga: &str) -> Run {
+        Run {
+            saga: saga.to_string(),
+            phase: Phase::Start,
+            decision: None,
+            ran: Vec::new(),
+            order: Vec::new(),
+            next: 0,
+            undone: Vec::new(),
+        }
+    }
+
+    /// Whether the run returned.
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// The steps undone so far by this run, in order.
+    pub fn undone(&self) -> &[StepRef] {
+        &self.undone
+    }
+
+    /// The next action, given what the last one brought back.
+    pub fn step(&mut self, input: Input) -> Action {
+        let phase = std::mem::replace(&mut self.phase, Phase::Done);
+        match (phase, input) {
+            (Phase::Start, Input::Start) => self.go(Phase::Reading, Action::Read),
+            (_, Input::JournalFailed) => self.ret(Outcome::Journal),
+            (Phase::Reading, Input::Found { end: Some(end), .. }) => self.ret(Outcome::End(end)),
+            (
+                Phase::Reading,
+                Input::Found {
+                    end: None,
+                    decision: Some(d),
+                },
+            ) => {
+                self.decision = Some(d);
+                self.go(Phase::Running, Action::RunBody)
+            }
+            (
+                Phase::Reading,
+                Input::Found {
+                    end: None,
+                    decision: None,
+                },
+            ) => self.go(Phase::Starting, Action::MarkStarted),
+            (Phase::Starting, Input::Started { first: true }) => {
+                self.go(Phase::Announcing, Action::Emit(SagaEvent::Started))
+            }
+            (Phase::Starting, Input::Started { first: false })
+            | (Phase::Announcing, Input::Emitted) => self.go(Phase::Running, Action::RunBody),
+            (
+                Phase::Running,
+                Input::BodyEnded {
+                    end,
+                    completed,
+                    held,
+                },
+            ) => match after_body(self.decision.as_ref(), end) {
+                AfterBody::Return => self.ret(Outcome::Body),
+                AfterBody::Decide(reason) => {
+                    self.plan(&completed, &held);
+                    let proposed = Decision {
+                        reason,
+                        steps: completed,
+                    };
+                    self.go(Phase::Deciding, Action::StoreDecision(proposed))
+                }
+                AfterBody::Compensate => {
+                    self.plan(&completed, &held);
+                    self.undo_next()
+                }
+            },
+            (Phase::Deciding, Input::Decided(stored)) => {
+                // Another run's decision may have won: roll back what it
+                // names, with what this run holds.
+                let (completed, held) = self.holdings();
+                self.decision = Some(stored.clone());
+                self.plan(&completed, &held);
+                self.go(
+                    Phase::Announced,
+                    Action::Emit(SagaEvent::Compensating(stored)),
+                )
+            }
+            (Phase::Announced, Input::Emitted) => self.undo_next(),
+            (Phase::Undoing, Input::Undone(undo)) => {
+                let step = self.order[self.next].0.clone();
+                match after_undo(&step, undo) {
+                    Next::Continue => {
+                        self.undone.push(step);
+                        self.next += 1;
+                        self.undo_next()
+                    }
+                    Next::EscalateForGood(why) => self.escalate(why),
+                    Next::EscalateForNow(why) => {
+                        let reason = self.evidence(&why);
+                        self.go(
+                            Phase::Reporting(Outcome::EscalatedForNow(reason.clone())),
+                            Action::Emit(SagaEvent::EscalatedForNow(reason)),
+                        )
+                    }
+                    Next::Busy => self.ret(Outcome::Busy),
+                    Next::Journal => self.ret(Outcome::Journal),
+                }
+            }
+            (Phase::Ending, Input::Stored(end)) => self.go(
+                Phase::Reporting(Outcome::End(end.clone())),
+                Action::Emit(SagaEvent::Ended(end)),
+            ),
+            (Phase::Reporting(outcome), Input::Emitted) => self.ret(outcome),
+            // An input the phase does not expect: a driver bug. Fail
+            // closed: undo nothing more, report a journal fault.
+            _ => self.ret(Outcome::Journal),
+        }
+    }
+
+    fn go(&mut self, phase: Phase, action: Action) -> Action {
+        self.phase = phase;
+        action
+    }
+
+    fn ret(&mut self, outcome: Outcome) -> Action {
+        self.phase = Phase::Done;
+        Action::Return(outcome)
+    }
+
+    /// The steps this run completed and holds, from the plan made.
+    fn holdings(&self) -> (Vec<StepRef>, Vec<StepRef>) {
+        let completed: Vec<StepRef> = self.order.iter().rev().map(|(s, _)| s.clone()).collect();
+        let held = self
+            .order
+            .iter()
+            .filter(|(_, slot)| *slot == Slot::Held)
+            .map(|(s, _)| s.clone())
+            .collect();
+        (completed, held)
+    }
+
+    /// The rollback's order under the decision (or the steps this run
+    /// completed, before one is stored).
+    fn plan(&mut self, completed: &[StepRef], held: &[StepRef]) {
+        let decided: Vec<StepRef> = self
+            .decision
+            .as_ref()
+            .map_or_else(Vec::new, |d| d.steps.clone());
+        self.order = rollback_order(&decided, completed, |s| held.contains(s));
+        self.ran = self.order.iter().rev().map(|(s, _)| s.clone()).collect();
+        self.next = 0;
+    }
+
+    fn undo_next(&mut self) -> Action {
+        let Some((step, slot)) = self.order.get(self.next).cloned() else {
+            let end = End::Compensated {
+                reason: self.reason(),
+                undone: self.undone.clone(),
+            };
+            return self.go(Phase::Ending, Action::StoreEnd(end));
+        };
+        match at_step(&step, slot) {
+            Ok(()) => self.go(Phase::Undoing, Action::Undo(step)),
+            Err(why) => self.escalate(why),
+        }
+    }
+
+    fn escalate(&mut self, why: String) -> Action {
+        let reason = self.evidence(&why);
+        self.go(Phase::Ending, Action::StoreEnd(End::Escalated { reason }))
+    }
+
+    fn reason(&self) -> String {
+        self.decision
+            .as_ref()
+            .map_or_else(String::new, |d| d.reason.clone())
+    }
+
+    fn evidence(&self, why: &str) -> String {
+        evidence(&self.saga, &self.reason(), &self.ran, &self.undone, why)
+    }
 }
 
 #[cfg(test)]
