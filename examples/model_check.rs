@@ -1,7 +1,7 @@
 //! The exhaustive checker of the engine's call machine, by hand:
 //!
 //! ```text
-//! cargo run --release --example model_check [-- --depth N] [--attempts M]
+//! cargo run --release --example model_check [-- --depth N] [--attempts M] [--saga-runs R]
 //! ```
 //!
 //! Explores every interleaving of up to three calls of one key (two at a
@@ -13,15 +13,18 @@
 //! checked against the invariants listed in the checker's documentation
 //! (`idem_runtime::machine::check`); a violation prints its trace as a
 //! numbered list of inputs and actions. The last line is
-//! `states=N violations=V`; the exit status is 1 when V > 0.
+//! `states=N violations=V` (the call machine's and the saga machine's
+//! states together; the saga machine is explored completely, with R runs,
+//! default 5); the exit status is 1 when V > 0.
 
 use std::time::Instant;
 
-use idem_runtime::machine::check::explore;
+use idem_runtime::machine::check::{explore, saga};
 
 fn main() {
     let mut depth = 14usize;
     let mut attempts = 3u32;
+    let mut saga_runs = 5u8;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| -> u64 {
@@ -34,6 +37,7 @@ fn main() {
         match arg.as_str() {
             "--depth" => depth = value("--depth") as usize,
             "--attempts" => attempts = value("--attempts").clamp(1, 3) as u32,
+            "--saga-runs" => saga_runs = value("--saga-runs").clamp(1, 20) as u8,
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other:?}")),
         }
@@ -75,6 +79,21 @@ fn main() {
         report.bounded,
         started.elapsed()
     );
+    // The saga machine, completely (its worlds are finite).
+    let t = Instant::now();
+    let sagas = saga::run(saga_runs);
+    for v in &sagas.violations {
+        println!("{v}");
+    }
+    println!(
+        "saga: runs={saga_runs} configs={} states={} violations={} elapsed={:.1?}",
+        sagas.configs,
+        sagas.states,
+        sagas.violations.len(),
+        t.elapsed()
+    );
+    report.states += sagas.states;
+    report.violations.extend(sagas.violations);
     println!(
         "states={} violations={}",
         report.states,
@@ -89,6 +108,9 @@ fn usage(why: &str) -> ! {
     if !why.is_empty() {
         eprintln!("model_check: {why}");
     }
-    eprintln!("usage: cargo run --release --example model_check [-- --depth N] [--attempts M]");
+    eprintln!(
+        "usage: cargo run --release --example model_check [-- --depth N] [--attempts M] \
+         [--saga-runs R]"
+    );
     std::process::exit(2);
 }

@@ -177,8 +177,13 @@
 //! again after a crash replays its completed calls, goes on compensating
 //! where it stopped (a compensation that already ran is replayed, not
 //! repeated), and a saga that ended returns its end without running its
-//! body. An error whose outcome is in doubt (escalated, in flight, journal)
-//! is returned as it is and leaves the saga open. A compensation refused
+//! body; while it rolls back, the body runs only to replay what it
+//! completed (any other call is refused before it runs, so a resumed
+//! rollback has no new effect). A resumed body must take its earlier path
+//! (route non-deterministic choices through [`Ctx::step`]), and one run of
+//! a saga at a time runs in a process (a second concurrent one returns
+//! [`ToolError::InFlight`]). An error whose outcome is in doubt (escalated,
+//! in flight, journal) is returned as it is and leaves the saga open. A compensation refused
 //! for good escalates the saga ([`ToolError::Escalated`] with what ran,
 //! what was undone and what is left); one that cannot be settled yet (an
 //! `at_most_once` compensation cut off mid-call, parked for a person)

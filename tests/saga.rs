@@ -284,12 +284,28 @@ async fn an_interrupted_rollback_resumes_and_is_carried_through_even_if_the_body
             "charge 4 120",
             "book 4",
             "cancel seat-4",
-            "ship 4",
             "refund 4 ch_4 of 120"
         ],
-        "one of each effect; the body ran again (shipping now works) yet the decided rollback \
-         went on"
+        "one of each effect; the body ran again only to replay: shipping (which would work \
+         now) was not called again, and the decided rollback went on"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_run_of_a_saga_in_flight_in_this_process_is_refused() {
+    let (_dir, rt) = runtime();
+    let shop = shop(10);
+    shop.decline_shipping.store(true, Ordering::SeqCst);
+    shop.hang_refund.store(true, Ordering::SeqCst);
+    let ctx = rt.run("order-10");
+    let first = order(&ctx, 10, &shop);
+    tokio::pin!(first);
+    let cut = tokio::time::timeout(Duration::from_secs(5), &mut first).await;
+    assert!(cut.is_err(), "the first run hangs in its refund: {cut:?}");
+    // The first run is alive (not dropped): a second one does nothing.
+    let second = order(&ctx, 10, &shop).await.unwrap_err();
+    assert!(matches!(second, ToolError::InFlight { .. }), "{second:?}");
+    assert_eq!(shop.body_runs.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test(start_paused = true)]

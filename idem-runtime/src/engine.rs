@@ -142,6 +142,9 @@ where
         return call_read_only(ctx, tool, attempt).await;
     }
     let shared = ctx.shared();
+    if let Some(refused) = crate::saga::replay_only(ctx, tool, &key).await {
+        return Err(refused);
+    }
     let metered = shared.audit.metrics.call(tool);
     let traced = Traced::call(ctx, tool, Some(&key));
     let (json, fingerprint) = args.canonical();

@@ -12,6 +12,7 @@
 
 use std::fmt::Debug;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::de::DeserializeOwned;
@@ -29,8 +30,9 @@ use crate::machine::saga::{
 use idem_journal::audit::{Draft, EventKind};
 use idem_journal::codec;
 use idem_journal::error::Error;
-use idem_journal::journal::Durability;
+use idem_journal::journal::{Durability, Space};
 use idem_journal::key::IdemKey;
+use idem_journal::record::{OpRecord, State};
 
 /// The handle a saga's body gets: its context, and a way to abort.
 ///
@@ -89,6 +91,43 @@ pub(crate) struct Log {
     name: String,
     steps: Mutex<Vec<Done>>,
     aborted: Mutex<Option<String>>,
+    /// The body runs again only to hand over the compensations of the
+    /// calls it completed before: a rollback is decided, so a call that
+    /// is not a replay of a completed one is refused before it runs.
+    replay_only: AtomicBool,
+}
+
+/// Inside a saga that is rolling back, a journaled call runs only if it
+/// is a replay of a call the saga completed before (its record is
+/// committed); any other is refused before its INTENT, so a body run to
+/// collect compensations has no new effect. `None`: go on.
+pub(crate) async fn replay_only<E>(
+    ctx: &Ctx,
+    tool: &'static ToolDescriptor,
+    key: &IdemKey,
+) -> Option<ToolError<E>> {
+    let log = ctx.scope.saga.as_ref()?;
+    if ctx.call.is_some() || !log.replay_only.load(Ordering::SeqCst) {
+        return None;
+    }
+    let journal = &*ctx.shared().journal;
+    let committed = match journal.load(Space::Ops, key.digest()).await {
+        Ok(Some(loaded)) => {
+            match OpRecord::decode(&loaded.body, journal.location(), key.digest()) {
+                Ok(rec) => matches!(rec.state, State::Committed { .. }),
+                Err(e) => return Some(ToolError::Journal(e)),
+            }
+        }
+        Ok(None) => false,
+        Err(e) => return Some(ToolError::Journal(e)),
+    };
+    (!committed).then(|| {
+        ToolError::Journal(Error::Usage(format!(
+            "`{}` was not run: saga {} is rolling back, and while it does, only calls it \
+             completed before are replayed",
+            tool.name, log.name
+        )))
+    })
 }
 
 /// A completed compensable call.
@@ -203,7 +242,12 @@ impl Ctx {
     /// again after a crash goes on compensating (its body runs again so its
     /// completed calls, replayed from the journal, hand over their
     /// compensations), and a saga that ended returns its end without
-    /// running its body. Errors whose outcome is in doubt (escalated, in
+    /// running its body. While it rolls back, the body runs only to replay
+    /// the calls it completed: a call that is not such a replay is refused
+    /// before it runs. The body must take the same path when it runs again
+    /// (route non-deterministic choices through [`Ctx::step`]); a second run
+    /// of the saga concurrent with one in this process returns
+    /// [`ToolError::InFlight`]. Errors whose outcome is in doubt (escalated, in
     /// flight, journal) are returned as they are and leave the saga open.
     /// A compensation refused for good, or one this run cannot reach,
     /// escalates the saga ([`ToolError::Escalated`] with what ran, what was
@@ -227,7 +271,14 @@ impl Ctx {
             name: name.to_string(),
             steps: Mutex::new(Vec::new()),
             aborted: Mutex::new(None),
+            replay_only: AtomicBool::new(false),
         });
+        // One run of a saga at a time in this process: a second one
+        // concurrent with it returns `InFlight`.
+        let _leading = match self.shared().local.enter(key.digest()) {
+            crate::leaders::Entry::Leader(slot) => slot,
+            crate::leaders::Entry::Busy(_) => return Err(ToolError::InFlight { key }),
+        };
         let mut body = Some(body);
         let mut result: Option<Result<T, ToolError<E>>> = None;
         let mut fault: Option<ToolError<E>> = None;
@@ -269,7 +320,8 @@ impl Ctx {
                     let emitted = run.emit(run.event(event)).await.map(|()| Input::Emitted);
                     run.or_fault(emitted, &mut fault)
                 }
-                Action::RunBody => {
+                Action::RunBody { replay_only } => {
+                    log.replay_only.store(replay_only, Ordering::SeqCst);
                     let Some(body) = body.take() else {
                         return Err(ToolError::Journal(Error::Usage(
                             "idem saga: the body was asked to run twice (a bug)".into(),

@@ -291,8 +291,13 @@ pub enum Action {
     MarkStarted,
     /// Append this event.
     Emit(SagaEvent),
-    /// Run the body.
-    RunBody,
+    /// Run the body; `replay_only`: a rollback is decided, so the body
+    /// runs only to hand over its completed calls' compensations, and any
+    /// call that is not a replay of one is refused before it runs.
+    RunBody {
+        /// Whether only replays may run.
+        replay_only: bool,
+    },
     /// Store this decision; the first stored wins.
     StoreDecision(Decision),
     /// Run this step's compensation.
@@ -383,7 +388,7 @@ impl Run {
                 },
             ) => {
                 self.decision = Some(d);
-                self.go(Phase::Running, Action::RunBody)
+                self.go(Phase::Running, Action::RunBody { replay_only: true })
             }
             (
                 Phase::Reading,
@@ -396,7 +401,9 @@ impl Run {
                 self.go(Phase::Announcing, Action::Emit(SagaEvent::Started))
             }
             (Phase::Starting, Input::Started { first: false })
-            | (Phase::Announcing, Input::Emitted) => self.go(Phase::Running, Action::RunBody),
+            | (Phase::Announcing, Input::Emitted) => {
+                self.go(Phase::Running, Action::RunBody { replay_only: false })
+            }
             (
                 Phase::Running,
                 Input::BodyEnded {

@@ -23,10 +23,14 @@
 //!   reads, waits or retries in a loop forever is caught even though each
 //!   of its moves is legal (`explore.rs`: `without_a_way_out`).
 //!
-//! `cargo run --release --example model_check [-- --depth N]` runs it by
+//! `saga.rs` checks the saga machine the same way, completely (its worlds
+//! are finite): see its own list of invariants.
+//!
+//! `cargo run --release --example model_check [-- --depth N]` runs both by
 //! hand; a bounded run is a test.
 
 pub mod explore;
+pub mod saga;
 pub mod world;
 
 #[cfg(test)]
@@ -41,6 +45,22 @@ mod tests {
         }
         println!(
             "configs={} states={} violations={}",
+            report.configs,
+            report.states,
+            report.violations.len()
+        );
+        assert!(report.violations.is_empty(), "{}", report.violations[0]);
+        assert!(report.states > 10_000, "{} states", report.states);
+    }
+
+    #[test]
+    fn the_saga_machine_keeps_every_invariant_in_every_world() {
+        let report = super::saga::run(5);
+        for v in &report.violations {
+            eprintln!("{v}");
+        }
+        println!(
+            "saga configs={} states={} violations={}",
             report.configs,
             report.states,
             report.violations.len()
