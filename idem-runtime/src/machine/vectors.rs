@@ -1325,3 +1325,186 @@ fn a_fresh_budget_runs_on_the_approval_a_new_generation_asks_again() {
     assert_eq!(stored.generation, 1);
     assert_eq!(stored.approval.unwrap().generation, 1);
 }
+
+// Rows cargo mutants found unchecked by the vectors and the checker
+// (call.rs, this session's run).
+
+#[test]
+fn a_record_of_another_tool_of_the_same_class_is_refused() {
+    let mut rec = left(Class::Provider, State::Waiting, 1, false);
+    rec.tool = "another".into();
+    let run = drive(
+        &policy(Class::Provider, 3, false),
+        Some((rec, None)),
+        vec![],
+        vec![],
+    );
+    assert!(
+        matches!(
+            &run.outcome,
+            Outcome::Journal(super::call::Fault::ToolMismatch { stored_tool, .. }) if stored_tool == "another"
+        ),
+        "{:?}",
+        run.outcome
+    );
+    assert!(run.attempts().is_empty());
+}
+
+#[test]
+fn max_elapsed_is_spent_only_past_it() {
+    let mut p = policy(Class::Provider, 5, false);
+    p.retry.max_elapsed = Some(Duration::from_secs(1));
+    let at = |ago: u64| {
+        let mut rec = left(Class::Provider, State::Waiting, 1, false);
+        rec.first_attempt_ms = NOW - ago;
+        super::call::budget_spent(&p, &rec, NOW, Duration::ZERO)
+    };
+    assert_eq!(at(500), None, "half of it");
+    assert_eq!(at(1_000), None, "exactly it: not past it");
+    assert!(at(1_001).is_some(), "past it");
+}
+
+#[test]
+fn commit_eventual_writes_the_committed_record_eventually_but_never_for_at_most_once() {
+    for (class, want) in [
+        (Class::Provider, Durability::Eventual),
+        (Class::Journal, Durability::Eventual),
+        (Class::AtMostOnce, Durability::Immediate),
+    ] {
+        let mut p = policy(class, 3, false);
+        p.commit = Durability::Eventual;
+        let run = drive(&p, None, vec![ok()], vec![]);
+        let committed: Vec<Durability> = run
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Write(op) if matches!(op.rec.state, State::Committed { .. }) => {
+                    Some(op.durability)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(committed, vec![want], "{class}");
+    }
+}
+
+/// The `remember` of the call's return: whether the result is kept for
+/// replays without a read.
+fn remembered(run: &Run) -> bool {
+    match run.actions.last() {
+        Some(Action::Return { remember, .. }) => *remember,
+        other => panic!("no return: {other:?}"),
+    }
+}
+
+#[test]
+fn a_result_an_operator_gave_is_not_kept_for_replays_without_a_read() {
+    for (via, keep) in [
+        (Via::Call, true),
+        (Via::Verify, true),
+        (Via::Operator, false),
+    ] {
+        let rec = left(
+            Class::Journal,
+            State::Committed {
+                result: Blob(vec![9]),
+                via,
+            },
+            1,
+            false,
+        );
+        let run = drive(
+            &policy(Class::Journal, 3, true),
+            Some((rec, None)),
+            vec![],
+            vec![],
+        );
+        assert_eq!(run.outcome, Outcome::Value(ValueFrom::Record), "{via:?}");
+        assert_eq!(remembered(&run), keep, "{via:?}");
+    }
+    // A fresh call's own result is kept.
+    let run = drive(&policy(Class::Provider, 3, false), None, vec![ok()], vec![]);
+    assert!(remembered(&run));
+}
+
+#[test]
+fn approval_wait_zero_answers_at_once_without_waiting() {
+    let run = drive_with(
+        &policy(Class::Provider, 3, false),
+        None,
+        vec![],
+        vec![],
+        gated(),
+    );
+    assert_eq!(run.outcome, Outcome::AwaitingApproval);
+    assert!(
+        !run.actions
+            .iter()
+            .any(|a| matches!(a, Action::AwaitChange { .. })),
+        "{:#?}",
+        run.actions
+    );
+}
+
+/// A journal tool's INTENT left by a dead process, `ago` ms before the
+/// call found it; the tool's timeout is 5 s and its first backoff 100 ms.
+fn settling(ago: u64) -> Run {
+    let mut p = policy(Class::Journal, 3, true);
+    p.timeout = Some(Duration::from_secs(5));
+    let mut rec = left(Class::Journal, State::Intent, 1, true);
+    rec.updated_ms = NOW - ago;
+    drive(
+        &p,
+        Some((rec, dead())),
+        vec![],
+        vec![Answer::Landed(Stored::Bytes(Blob(vec![4])))],
+    )
+}
+
+fn settling_waits(run: &Run) -> Vec<u64> {
+    run.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Emit(idem_journal::audit::EventKind::Settling { wait_ms }) => Some(*wait_ms),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn verify_of_a_dead_attempt_waits_out_what_is_left_of_its_timeout_and_backoff() {
+    // Ready 5.1 s after it was last written: 900 ms ago leaves 4 200 ms.
+    let run = settling(900);
+    assert_eq!(settling_waits(&run), vec![4_200]);
+    assert_eq!(run.verifies(), 1);
+    // Exactly ready: no wait.
+    let run = settling(5_100);
+    assert_eq!(settling_waits(&run), Vec::<u64>::new());
+    assert_eq!(run.verifies(), 1);
+}
+
+#[test]
+fn only_the_first_attempt_announces_the_operation_and_dates_its_budget() {
+    let p = policy(Class::Provider, 3, false);
+    let run = drive(&p, None, vec![failed(Failure::not_sent()), ok()], vec![]);
+    assert_eq!(run.attempts(), vec![(1, 0), (2, 0)]);
+    let intents: Vec<(u32, bool, u64)> = run
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Write(op) if op.rec.state == State::Intent => Some((
+                op.rec.attempts,
+                op.events
+                    .iter()
+                    .any(|e| matches!(e, idem_journal::audit::EventKind::Intent { .. })),
+                op.rec.first_attempt_ms,
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(intents.len(), 2, "{intents:?}");
+    assert_eq!((intents[0].0, intents[0].1), (1, true));
+    assert_eq!((intents[1].0, intents[1].1), (2, false));
+    assert_eq!(intents[0].2, NOW, "dated by the first attempt");
+    assert_eq!(intents[1].2, NOW, "and not moved by the second");
+}
