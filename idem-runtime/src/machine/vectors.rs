@@ -1508,3 +1508,59 @@ fn only_the_first_attempt_announces_the_operation_and_dates_its_budget() {
     assert_eq!(intents[0].2, NOW, "dated by the first attempt");
     assert_eq!(intents[1].2, NOW, "and not moved by the second");
 }
+
+#[test]
+fn a_refusal_after_an_attempt_in_doubt_asks_verify_for_journal_and_escalates_otherwise() {
+    let attempts = || vec![failed(Failure::ambiguous()), failed(Failure::Semantic)];
+    let journal = drive(
+        &policy(Class::Journal, 3, true),
+        None,
+        attempts(),
+        vec![Answer::NotLanded],
+    );
+    assert_eq!(journal.verifies(), 1, "{:?}", journal.outcome);
+    let provider = drive(&policy(Class::Provider, 3, false), None, attempts(), vec![]);
+    assert_eq!(provider.verifies(), 0);
+    assert!(
+        matches!(provider.outcome, Outcome::Escalated { .. }),
+        "{:?}",
+        provider.outcome
+    );
+}
+
+/// The key's first send as the next INTENT writes it.
+fn first_sent(run: &Run) -> Option<u64> {
+    run.actions.iter().find_map(|a| match a {
+        Action::Write(op) if op.rec.state == State::Intent => Some(op.rec.key_first_sent_ms),
+        _ => None,
+    })?
+}
+
+#[test]
+fn a_fresh_budget_keeps_the_keys_first_send_and_a_new_generation_starts_it_again() {
+    let p = policy(Class::Provider, 3, false);
+    let mut spent = left(
+        Class::Provider,
+        State::Failed {
+            error: "down".into(),
+        },
+        3,
+        false,
+    );
+    spent.key_first_sent_ms = Some(NOW - 5_000);
+    let run = drive(&p, Some((spent, None)), vec![ok()], vec![]);
+    assert_eq!(run.generation, 0);
+    assert_eq!(first_sent(&run), Some(NOW - 5_000), "same key: same window");
+    let mut refused = left(
+        Class::Provider,
+        State::Rejected {
+            error: "declined".into(),
+        },
+        1,
+        false,
+    );
+    refused.key_first_sent_ms = Some(NOW - 5_000);
+    let run = drive(&p, Some((refused, None)), vec![ok()], vec![]);
+    assert_eq!(run.generation, 1);
+    assert_eq!(first_sent(&run), Some(NOW), "a new key: a new window");
+}
