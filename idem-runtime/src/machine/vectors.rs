@@ -1564,3 +1564,38 @@ fn a_fresh_budget_keeps_the_keys_first_send_and_a_new_generation_starts_it_again
     assert_eq!(run.generation, 1);
     assert_eq!(first_sent(&run), Some(NOW), "a new key: a new window");
 }
+
+#[test]
+fn drift_of_arguments_the_record_does_not_hold_is_replayed_when_nothing_is_listed() {
+    // The record holds no arguments (too large to keep): every field may
+    // have changed. Without `on_drift(reject = ..)` that is still a
+    // replay.
+    let mut rec = left(
+        Class::Provider,
+        State::Committed {
+            result: Blob(vec![9]),
+            via: Via::Call,
+        },
+        1,
+        false,
+    );
+    rec.args = String::new();
+    let faults = Faults {
+        fingerprint: Some([8; 32]),
+        ..Faults::default()
+    };
+    let run = drive_with(
+        &policy(Class::Provider, 3, false),
+        Some((rec, None)),
+        vec![],
+        vec![],
+        faults,
+    );
+    assert_eq!(run.outcome, Outcome::Value(ValueFrom::Record));
+    assert!(run.actions.iter().any(|a| matches!(
+        a,
+        Action::Emit(idem_journal::audit::EventKind::ArgsDrift {
+            policy: OnDrift::Replay
+        })
+    )));
+}
