@@ -32,7 +32,7 @@ pub(crate) struct Scope {
     pub(crate) prefix: KeyPrefix,
     /// The saga whose body this context runs in (`Saga::ctx`): completed
     /// calls of compensable tools are recorded in it.
-    pub(crate) saga: Option<Arc<crate::saga::Log>>,
+    pub(crate) saga: Option<Arc<crate::saga::log::Log<Ctx>>>,
     /// A context a saga hands a compensation: the first tool called with
     /// it must be journaled.
     pub(crate) compensation: bool,
@@ -173,7 +173,11 @@ impl Ctx {
     }
 
     /// This context with another saga log (or none) and compensation mark.
-    pub(crate) fn with_saga(&self, saga: Option<Arc<crate::saga::Log>>, compensation: bool) -> Ctx {
+    pub(crate) fn with_saga(
+        &self,
+        saga: Option<Arc<crate::saga::log::Log<Ctx>>>,
+        compensation: bool,
+    ) -> Ctx {
         let s = &self.scope;
         Ctx {
             scope: Arc::new(Scope {

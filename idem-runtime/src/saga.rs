@@ -27,6 +27,14 @@ use crate::key::KeyBuilder;
 use crate::machine::saga::{
     Action, BodyEnd, Decision, End, Input, Outcome, Run, SagaEvent, StepRef, Undo,
 };
+
+pub(crate) mod log;
+
+use log::Done;
+pub use log::Undone;
+
+/// What a saga's body recorded (see [`log::Log`]).
+pub(crate) type Log = log::Log<Ctx>;
 use idem_journal::audit::{Draft, EventKind};
 use idem_journal::codec;
 use idem_journal::error::Error;
@@ -86,17 +94,6 @@ impl Saga {
     }
 }
 
-/// What a saga's body recorded.
-pub(crate) struct Log {
-    name: String,
-    steps: Mutex<Vec<Done>>,
-    aborted: Mutex<Option<String>>,
-    /// The body runs again only to hand over the compensations of the
-    /// calls it completed before: a rollback is decided, so a call that
-    /// is not a replay of a completed one is refused before it runs.
-    replay_only: AtomicBool,
-}
-
 /// Inside a saga that is rolling back, a journaled call runs only if it
 /// is a replay of a call the saga completed before (its record is
 /// committed); any other is refused before its INTENT, so a body run to
@@ -130,21 +127,6 @@ pub(crate) async fn replay_only<E>(
     })
 }
 
-/// A completed compensable call.
-struct Done {
-    step: StepRef,
-    undo: Option<UndoFn>,
-}
-
-type UndoFn = Box<dyn FnOnce(Ctx) -> BoxFuture<'static, Undone> + Send>;
-
-/// What a compensation's call came to, with the journal's error kept.
-#[doc(hidden)]
-pub struct Undone {
-    undo: Undo,
-    fault: Option<Error>,
-}
-
 /// Records a completed call of a compensable tool, when `ctx` is a saga's
 /// (the attribute's wrapper calls this after the call returned a value).
 pub fn record<T, F>(ctx: &Ctx, key: &IdemKey, tool: &'static ToolDescriptor, result: &T, undo: F)
@@ -166,7 +148,7 @@ where
     // it). One that does not come back cannot be compensated: the rollback
     // escalates at that step instead of guessing.
     let copy = codec::encode(result).and_then(|bytes| codec::decode::<T>(&bytes));
-    let undo: Option<UndoFn> = match copy {
+    let undo: Option<log::UndoFn<Ctx>> = match copy {
         Ok(copy) => Some(Box::new(move |c| undo(c, copy))),
         Err(_) => None,
     };
@@ -282,7 +264,7 @@ impl Ctx {
         let mut body = Some(body);
         let mut result: Option<Result<T, ToolError<E>>> = None;
         let mut fault: Option<ToolError<E>> = None;
-        let mut held: Vec<Done> = Vec::new();
+        let mut held: Vec<Done<Ctx>> = Vec::new();
         let mut machine = Run::new(name);
         let mut input = Input::Start;
         loop {
