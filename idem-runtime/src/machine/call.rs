@@ -1685,7 +1685,7 @@ impl Call {
     ) -> Action {
         let (via, attempt, provider_replay) = how;
         let result = match stored {
-            Stored::Bytes(r) if r.0.len() + self.op.rec.args.len() < MAX_RECORD_PAYLOAD => r,
+            Stored::Bytes(r) if storable(r.0.len(), self.op.rec.args.len()) => r,
             Stored::Bytes(r) => {
                 return self.escalate(
                     format!(
@@ -1780,6 +1780,13 @@ impl Op {
             claim_found: None,
         }
     }
+}
+
+/// Whether a record holding a result of `result` bytes and arguments of
+/// `args` bytes fits what the journal writes, with room for the rest of
+/// the record.
+pub(crate) fn storable(result: usize, args: usize) -> bool {
+    result + args < MAX_RECORD_PAYLOAD
 }
 
 /// Why no further attempt may start `after` from `now`, if so.

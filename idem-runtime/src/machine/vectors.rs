@@ -169,6 +169,13 @@ struct Faults {
     approval: Option<&'static str>,
     /// The call's arguments' fingerprint, when not the recorded one.
     fingerprint: Option<[u8; 32]>,
+    /// The call's arguments as the record would hold them, when not
+    /// `{"to":"a"}`.
+    args: Option<&'static str>,
+    /// The faulted write (`write`) happened all the same.
+    write_lands: bool,
+    /// The runtime claims a key before reading it (`Setup::claim_first`).
+    claim_first: bool,
 }
 
 /// [`drive`], with `faults`.
@@ -179,7 +186,10 @@ fn drive_with(
     answers: Vec<Answer>,
     mut faults: Faults,
 ) -> Run {
-    let setup = setup();
+    let setup = Setup {
+        claim_first: faults.claim_first,
+        ..setup()
+    };
     let mut writes = 0usize;
     let mut attempts: VecDeque<_> = attempts.into();
     let mut answers: VecDeque<_> = answers.into();
@@ -191,6 +201,9 @@ fn drive_with(
     let mut call = Call::new(Called {
         approval: faults.approval.map(str::to_string),
         fingerprint: faults.fingerprint.unwrap_or([7; 32]),
+        args: faults
+            .args
+            .map_or_else(|| called(policy.class).args, str::to_string),
         ..called(policy.class)
     });
     let mut now = NOW;
@@ -213,8 +226,19 @@ fn drive_with(
             Action::AwaitLeader { .. } => Input::TimedOut,
             Action::AwaitChange { .. } => Input::TimedOut,
             Action::Read | Action::Revert(Revert::Read) => Input::Found(record.clone()),
-            Action::Write(_) if faults.write.as_ref().is_some_and(|(n, _)| *n == writes) => {
+            Action::Write(op) if faults.write.as_ref().is_some_and(|(n, _)| *n == writes) => {
                 writes += 1;
+                if faults.write_lands {
+                    let version = record.as_ref().map_or(1, |f| f.version + 1);
+                    record = Some(Found {
+                        rec: op.rec.clone(),
+                        version,
+                        claim: Some(Claim {
+                            owner: setup.owner.clone(),
+                            live: false,
+                        }),
+                    });
+                }
                 faults.write.take().expect("checked").1
             }
             Action::Write(op) | Action::Revert(Revert::Write(op)) => {
@@ -1521,11 +1545,18 @@ fn a_refusal_after_an_attempt_in_doubt_asks_verify_for_journal_and_escalates_oth
     assert_eq!(journal.verifies(), 1, "{:?}", journal.outcome);
     let provider = drive(&policy(Class::Provider, 3, false), None, attempts(), vec![]);
     assert_eq!(provider.verifies(), 0);
+    // Escalated as a refusal in doubt, with no verdict asked of a verify
+    // the class does not have.
     assert!(
-        matches!(provider.outcome, Outcome::Escalated { .. }),
+        matches!(&provider.outcome, Outcome::Escalated { reason }
+            if reason.contains("nothing can tell whether that one did")),
         "{:?}",
         provider.outcome
     );
+    assert!(!provider.actions.iter().any(|a| matches!(
+        a,
+        Action::Emit(idem_journal::audit::EventKind::Verified { .. })
+    )));
 }
 
 /// The key's first send as the next INTENT writes it.
@@ -1582,6 +1613,8 @@ fn drift_of_arguments_the_record_does_not_hold_is_replayed_when_nothing_is_liste
     rec.args = String::new();
     let faults = Faults {
         fingerprint: Some([8; 32]),
+        // Nor does the call hold them: nothing tells which field changed.
+        args: Some(""),
         ..Faults::default()
     };
     let run = drive_with(
@@ -1598,4 +1631,144 @@ fn drift_of_arguments_the_record_does_not_hold_is_replayed_when_nothing_is_liste
             policy: OnDrift::Replay
         })
     )));
+}
+
+/// The claim operation of every write of a run, in order.
+fn claims(run: &Run) -> Vec<ClaimOp> {
+    run.actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Write(op) => Some(op.claim),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_drive_takes_the_claim_once_keeps_it_while_it_retries_and_releases_it_at_the_end() {
+    let run = drive(
+        &policy(Class::Provider, 3, false),
+        None,
+        vec![failed(Failure::not_sent()), ok()],
+        vec![],
+    );
+    assert_eq!(
+        claims(&run),
+        vec![
+            ClaimOp::Take,    // INTENT 1
+            ClaimOp::Keep,    // waiting to retry
+            ClaimOp::Keep,    // INTENT 2
+            ClaimOp::Release, // committed
+        ]
+    );
+}
+
+#[test]
+fn a_runtime_that_claims_first_writes_before_it_reads() {
+    let run = drive_with(
+        &policy(Class::Provider, 3, false),
+        None,
+        vec![ok()],
+        vec![],
+        Faults {
+            claim_first: true,
+            ..Faults::default()
+        },
+    );
+    assert!(
+        !run.actions.iter().any(|a| matches!(a, Action::Read)),
+        "{:#?}",
+        run.actions
+    );
+    assert_eq!(run.outcome, Outcome::Value(ValueFrom::Attempt));
+}
+
+#[test]
+fn a_recovered_intent_counts_as_maybe_landed_so_a_refusal_after_it_escalates() {
+    // The process died between its INTENT and the attempt's answer: the
+    // record does not say the attempt may have landed, the INTENT does.
+    let rec = left(Class::Provider, State::Intent, 1, false);
+    let run = drive(
+        &policy(Class::Provider, 3, false),
+        Some((rec, dead())),
+        vec![failed(Failure::Semantic)],
+        vec![],
+    );
+    assert!(
+        matches!(run.outcome, Outcome::Escalated { .. }),
+        "{:?}",
+        run.outcome
+    );
+    assert_eq!(run.state(), "escalated");
+}
+
+#[test]
+fn spent_attempts_that_timed_out_return_timed_out_and_an_earlier_processs_return_its_error() {
+    // This call's only attempt timed out (no error value), and verify
+    // said it did not land.
+    let timed_out = Attempted::Failed {
+        failure: Failure::ambiguous(),
+        text: "timed out after 1s".into(),
+        typed: false,
+    };
+    let run = drive(
+        &policy(Class::Journal, 1, true),
+        None,
+        vec![timed_out],
+        vec![Answer::NotLanded],
+    );
+    assert_eq!(run.outcome, Outcome::TimedOut { attempts: 1 });
+    // The attempts were all made before this call, by a process that
+    // recorded the last error as text.
+    let mut rec = left(Class::Provider, State::Waiting, 3, false);
+    rec.last_error = Some("provider down".into());
+    let run = drive(
+        &policy(Class::Provider, 3, false),
+        Some((rec, dead())),
+        vec![],
+        vec![],
+    );
+    assert!(
+        matches!(&run.outcome, Outcome::Journal(super::call::Fault::Failed { attempts: 3, error })
+            if error == "provider down"),
+        "{:?}",
+        run.outcome
+    );
+}
+
+#[test]
+fn an_intent_reported_failed_that_landed_all_the_same_is_taken_back() {
+    let run = drive_with(
+        &policy(Class::Provider, 3, false),
+        None,
+        vec![],
+        vec![],
+        Faults {
+            write: Some((0, Input::WriteFailed)),
+            write_lands: true,
+            ..Faults::default()
+        },
+    );
+    assert!(
+        run.actions
+            .iter()
+            .any(|a| matches!(a, Action::Revert(Revert::Remove { .. }))),
+        "{:#?}",
+        run.actions
+    );
+    assert_eq!(run.state(), "none", "the INTENT nobody acted on is gone");
+    assert!(run.attempts().is_empty());
+}
+
+#[test]
+fn a_result_is_stored_only_while_it_and_the_arguments_fit_the_largest_record() {
+    use super::call::storable;
+    use super::policy::MAX_RECORD_PAYLOAD;
+    assert!(storable(MAX_RECORD_PAYLOAD - 11, 10));
+    assert!(!storable(MAX_RECORD_PAYLOAD - 10, 10), "at the bound");
+    assert!(
+        storable(MAX_RECORD_PAYLOAD / 2, 3),
+        "the sum counts, not more"
+    );
+    assert!(!storable(MAX_RECORD_PAYLOAD, 0));
 }
