@@ -68,5 +68,7 @@ mod tests {
         let called = r#"{"amount":1,"iban":"DE1"}"#;
         assert_eq!(drifted_fields("", called), ["amount", "iban"]);
         assert_eq!(drifted_fields("", ""), ["*"]);
+        // A call without fields names none: still something changed.
+        assert_eq!(drifted_fields("", "{}"), ["*"]);
     }
 }

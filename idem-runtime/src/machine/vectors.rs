@@ -1772,3 +1772,39 @@ fn a_result_is_stored_only_while_it_and_the_arguments_fit_the_largest_record() {
     );
     assert!(!storable(MAX_RECORD_PAYLOAD, 0));
 }
+
+#[test]
+fn an_approval_is_decided_once_and_only_while_it_is_awaited() {
+    use crate::machine::resolve::decide;
+    let pending = asked(Class::Provider, State::AwaitingApproval, None);
+    let (rec, events) = decide(pending, false, "too much", "cli", NOW).expect("awaited");
+    assert_eq!(
+        rec.state,
+        State::NotApproved {
+            note: "too much".into()
+        }
+    );
+    assert_eq!(events.len(), 1, "{events:?}");
+    // A decision is final: the approved record (its decision made) and
+    // the rejected one refuse a second answer, whatever it says.
+    let approved = asked(Class::Provider, State::Approved, Some(true));
+    assert_eq!(
+        decide(approved, false, "changed my mind", "api", NOW).map(|_| ()),
+        Err("approved")
+    );
+    assert_eq!(
+        decide(rec, true, "sure", "api", NOW).map(|_| ()),
+        Err("not_approved")
+    );
+}
+
+#[test]
+fn the_largest_stored_payload_leaves_the_record_room_and_is_most_of_it() {
+    use super::policy::MAX_RECORD_PAYLOAD;
+    use idem_journal::record::LARGE_LIMIT;
+    // The rest of a record (key, tool, run, scope, events' text) fits in
+    // what is left; the margin is not most of the record either.
+    let margin = LARGE_LIMIT.checked_sub(MAX_RECORD_PAYLOAD);
+    assert!(margin.is_some_and(|m| m >= 64 << 10), "{margin:?}");
+    assert!(MAX_RECORD_PAYLOAD >= LARGE_LIMIT / 2);
+}
