@@ -363,16 +363,6 @@ impl Run {
         }
     }
 
-    /// Whether the run returned.
-    pub fn is_done(&self) -> bool {
-        self.phase == Phase::Done
-    }
-
-    /// The steps undone so far by this run, in order.
-    pub fn undone(&self) -> &[StepRef] {
-        &self.undone
-    }
-
     /// The next action, given what the last one brought back.
     pub fn step(&mut self, input: Input) -> Action {
         let phase = std::mem::replace(&mut self.phase, Phase::Done);

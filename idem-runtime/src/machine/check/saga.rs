@@ -32,6 +32,7 @@
 //! - nothing is undone on a guess: without a refusal of the body, no
 //!   decision is stored;
 //! - a stored end never changes;
+//! - a run reports a journal fault only when the journal failed it;
 //! - an end `Compensated` means every completed step is undone; an end
 //!   `Escalated` names every completed step not undone as left, and some
 //!   step is;
@@ -104,6 +105,9 @@ struct Live {
     pending: Action,
     /// Whether its read found a decision.
     found_decision: bool,
+    /// Whether the journal failed it (an operation of its own, or a
+    /// compensation's), the only licence to report a journal fault.
+    faulted: bool,
     actions: u16,
 }
 
@@ -175,6 +179,7 @@ impl World {
                 machine,
                 pending,
                 found_decision: false,
+                faulted: false,
                 actions: 1,
             });
             out.push((format!("run {id} starts"), w));
@@ -209,6 +214,8 @@ impl World {
                 };
                 let live = &mut w.live[n];
                 let id = live.id;
+                live.faulted |=
+                    matches!(input, Input::JournalFailed | Input::Undone(Undo::Journal));
                 let action = live.machine.step(input.clone());
                 live.actions += 1;
                 if live.actions > MOST_ACTIONS {
@@ -455,6 +462,12 @@ impl World {
         if *outcome == Outcome::Body && live.found_decision {
             return Err(Violation(format!(
                 "run {} found a decision to roll back and returned the body's result",
+                live.id
+            )));
+        }
+        if *outcome == Outcome::Journal && !live.faulted {
+            return Err(Violation(format!(
+                "run {} reports a journal fault though the journal never failed it",
                 live.id
             )));
         }
