@@ -33,6 +33,9 @@
 //!   decision is stored;
 //! - a stored end never changes;
 //! - a run reports a journal fault only when the journal failed it;
+//! - a saga escalates only for a cause (a compensation refused or left
+//!   unsettled, a decided step the body did not reach), and an end
+//!   `Compensated` gives the decision's reason;
 //! - an end `Compensated` means every completed step is undone; an end
 //!   `Escalated` names every completed step not undone as left, and some
 //!   step is;
@@ -124,6 +127,9 @@ pub struct World {
     effects: Vec<u8>,
     /// Whether some body ever refused (a semantic failure or an abort).
     refused: bool,
+    /// Whether something licenses an escalation: a compensation refused or
+    /// left unsettled, or a body that did not reach a decided step.
+    excuse: bool,
     live: Vec<Live>,
     runs_started: u8,
 }
@@ -156,6 +162,7 @@ impl World {
             comps: vec![Comp::Open; config.steps],
             effects: vec![0; config.steps],
             refused: false,
+            excuse: false,
             live: Vec::new(),
             runs_started: 0,
         }
@@ -316,6 +323,7 @@ impl World {
                             let mut w = self.clone();
                             w.completed = k;
                             w.refused |= matches!(end, BodyEnd::Refused(_));
+                            w.excuse |= skip;
                             let what = format!(
                                 "the body completes {k} step(s){} and ends {end:?}",
                                 if skip { ", missing step 0" } else { "" }
@@ -364,6 +372,8 @@ impl World {
                 let busy = self.live.iter().enumerate().any(|(m, other)| {
                     m != n && matches!(&other.pending, Action::Undo(s) if s == step)
                 });
+                let mut excused = self.clone();
+                excused.excuse = true;
                 match self.comps[i] {
                     Comp::Done => out.push((
                         "replayed".into(),
@@ -373,7 +383,7 @@ impl World {
                     Comp::InDoubt => out.push((
                         "still in doubt".into(),
                         Some(Input::Undone(Undo::Unsettled("in doubt".into()))),
-                        self.clone(),
+                        excused.clone(),
                     )),
                     Comp::Open => {
                         let mut done = self.clone();
@@ -387,12 +397,12 @@ impl World {
                         out.push((
                             "refused".into(),
                             Some(Input::Undone(Undo::Refused("no".into()))),
-                            self.clone(),
+                            excused.clone(),
                         ));
                         out.push((
                             "unsettled".into(),
                             Some(Input::Undone(Undo::Unsettled("later".into()))),
-                            self.clone(),
+                            excused.clone(),
                         ));
                         out.push(fail(self, "its journal fails"));
                         // Cut off mid-call, after its effect: the run dies.
@@ -488,10 +498,21 @@ impl World {
         let left: Vec<usize> = (0..self.completed)
             .filter(|i| self.comps[*i] != Comp::Done)
             .collect();
+        let decided = self.decision.as_ref().map(|d| d.reason.as_str());
         match &self.end {
             Some(End::Compensated { .. }) if !left.is_empty() => Err(Violation(format!(
                 "the saga ended compensated, but step(s) {left:?} are not undone"
             ))),
+            Some(End::Compensated { reason, .. }) if Some(reason.as_str()) != decided => {
+                Err(Violation(format!(
+                    "the saga ended compensated for {reason:?}, but the decision says {decided:?}"
+                )))
+            }
+            Some(End::Escalated { .. }) if !self.excuse => Err(Violation(
+                "the saga escalated, though every compensation could run and the body reached \
+                 every decided step"
+                    .into(),
+            )),
             Some(End::Escalated { reason }) => {
                 let listed = reason.split("left: ").nth(1).unwrap_or("");
                 if let Some(i) = left.iter().find(|i| !listed.contains(&format!("k{i}"))) {
