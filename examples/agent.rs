@@ -6,7 +6,10 @@
 //! moment (an email has landed, its COMMIT is not yet written); the demo
 //! restarts it, an operator settles the one thing only a human can (did the
 //! refund wire go out?), and the providers' own ledgers prove that every
-//! effect happened exactly once. The choreography is in `agent/story.rs`.
+//! effect happened exactly once. Then a second order runs as a saga: its
+//! last step is refused, idem refunds the charge and cancels the courier,
+//! and the worker SIGKILLed mid-rollback is resumed by the next one. The
+//! choreography is in `agent/story.rs`.
 //!
 //! Options: `-- --journal DIR` keeps the journal and the audit log in DIR.
 

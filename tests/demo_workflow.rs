@@ -45,9 +45,19 @@ fn the_demo_tells_its_story_and_passes() {
     assert!(report.pass, "{:?}\n{text}", report.problems);
     assert_eq!(
         report.workers,
-        [WorkerEnd::Signal(9), WorkerEnd::Exited(0)],
+        [
+            WorkerEnd::Signal(9),
+            WorkerEnd::Exited(0),
+            WorkerEnd::Signal(9),
+            WorkerEnd::Exited(4),
+        ],
         "{text}"
     );
+    // The saga's order: charged once, refunded once (though its worker died
+    // right after the refund landed), the courier booked and cancelled once,
+    // the supplier never paid.
+    assert_eq!(report.saga, [1, 1, 1, 1, 0], "{text}");
+    assert!(text.contains("saga ship rolled back"), "{text}");
     assert_eq!(
         (report.charges, report.emails, report.tickets, report.wires),
         (1, 1, 1, 1)
@@ -58,7 +68,7 @@ fn the_demo_tells_its_story_and_passes() {
     assert_eq!(report.stats.tools["charge"].provider_replays, 1);
     // The newcomer reads sections in order and ends on the verdict.
     let sections: Vec<&str> = text.lines().filter(|l| l.starts_with("== ")).collect();
-    assert_eq!(sections.len(), 8, "{sections:?}");
+    assert_eq!(sections.len(), 9, "{sections:?}");
     assert!(
         text.lines()
             .last()

@@ -12,6 +12,11 @@
 //! | 3 | `send_email` | `journal` | email has no dedupe, but sent mail can be searched by a key header |
 //! | 4 | `open_ticket` | `journal` | tickets have no dedupe, but can be looked up by external reference |
 //! | 5 | `refund_wire` | `at_most_once` | a wire can neither be deduplicated nor looked up: never re-sent blindly |
+//!
+//! A second workflow, [`ship_order`], is a saga of free-function tools:
+//! `book_courier` (journal, undone by `cancel_courier`), `pay` (provider,
+//! undone by `refund`), then `pay_supplier` (at_most_once), which the bank
+//! refuses.
 
 // Shared by several targets (the demo, the torture example, the tests); each
 // uses a different part of it.
@@ -22,8 +27,9 @@ use std::time::Duration;
 
 use idem::{tool, ArgSchema, Ctx, ToolError, Verdict};
 use idem_testkit::{
-    Charge, ChargeOutcome, ChargeRequest, ClientConfig, Clients, EmailMessage, NewTicket,
-    ProviderAddrs, ProviderError, Providers, SentMessage, Ticket, WireReceipt, WireRequest,
+    CancelTicket, Cancellation, Charge, ChargeOutcome, ChargeRequest, ClientConfig, Clients,
+    EmailMessage, NewTicket, ProviderAddrs, ProviderError, Providers, Refund, RefundRequest,
+    SentMessage, Ticket, WireReceipt, WireRequest,
 };
 use serde::{Deserialize, Serialize};
 
@@ -572,4 +578,237 @@ pub fn run_worker(
                 stuck
             })
     })
+}
+
+// ---------------------------------------------------------------------------
+// A second workflow, as a saga (`ship_order`): book a courier, charge the
+// card, pay the supplier. When the supplier's bank refuses the payment (a
+// semantic refusal: the account is closed), idem undoes the completed steps
+// in reverse order: the charge is refunded, the courier cancelled.
+//
+// These tools are free functions: a compensation is handed the original
+// call's result and arguments, not a receiver, so the `Shop` (its clients
+// and hook) travels as an argument the key leaves out. A `verify` is handed
+// only the context: it reaches the providers through the worker's
+// configuration (`ProviderAddrs::from_env`).
+
+/// The supplier's account: its bank has closed it.
+pub const SUPPLIER_IBAN: &str = "XX00CLOSED0000000000";
+
+/// The providers, as this process's environment names them.
+fn configured() -> Result<Clients, ProviderError> {
+    ProviderAddrs::from_env()
+        .map(|a| a.clients_with(CLIENT_CONFIG))
+        .map_err(|e| ProviderError::InvalidRequest {
+            reason: format!("provider addresses: {e}"),
+        })
+}
+
+/// Saga step 1, journal class: books the courier (a ticket with our key as
+/// its reference); undone by [`cancel_courier`].
+#[tool(
+    class = "journal",
+    name = "book_courier",
+    destructive = false,
+    key = "order_id",
+    verify = courier_booked,
+    compensate = cancel_courier,
+    retry(max_attempts = 10, initial = "10ms", max_interval = "200ms"),
+    timeout = "600ms"
+)]
+pub async fn book_courier(
+    ctx: &Ctx,
+    order_id: u64,
+    shop: Arc<Shop>,
+) -> Result<Ticket, ProviderError> {
+    let ticket = NewTicket {
+        external_ref: ctx.idempotency_key().to_string(),
+        title: format!("courier, order {order_id}"),
+        body: "pick up at the warehouse".into(),
+    };
+    shop.at(Moment::Sending, "book_courier", order_id);
+    let booked = shop.clients.tickets.create(&ticket).await?;
+    shop.at(Moment::Landed, "book_courier", order_id);
+    Ok(booked)
+}
+
+async fn courier_booked(ctx: &Ctx) -> Result<Verdict<Ticket>, ProviderError> {
+    let found = configured()?
+        .tickets
+        .find_by_ref(ctx.idempotency_key().as_str())
+        .await?;
+    Ok(found
+        .into_iter()
+        .next()
+        .map_or(Verdict::NotLanded, Verdict::Landed))
+}
+
+/// Undoes [`book_courier`], journal class: cancellations are not
+/// deduplicated, but can be found by our key.
+#[tool(
+    class = "journal",
+    name = "cancel_courier",
+    key = "ticket.id",
+    verify = courier_cancelled,
+    retry(max_attempts = 10, initial = "10ms", max_interval = "200ms"),
+    timeout = "600ms"
+)]
+pub async fn cancel_courier(
+    ctx: &Ctx,
+    ticket: &Ticket,
+    order_id: &u64,
+    shop: &Arc<Shop>,
+) -> Result<Cancellation, ProviderError> {
+    let cancel = CancelTicket {
+        ticket_id: ticket.id.clone(),
+        reference: ctx.idempotency_key().to_string(),
+    };
+    shop.at(Moment::Sending, "cancel_courier", *order_id);
+    let done = shop.clients.tickets.cancel(&cancel).await?;
+    shop.at(Moment::Landed, "cancel_courier", *order_id);
+    Ok(done)
+}
+
+async fn courier_cancelled(ctx: &Ctx) -> Result<Verdict<Cancellation>, ProviderError> {
+    let found = configured()?
+        .tickets
+        .find_cancellations(ctx.idempotency_key().as_str())
+        .await?;
+    Ok(found
+        .into_iter()
+        .next()
+        .map_or(Verdict::NotLanded, Verdict::Landed))
+}
+
+/// Saga step 2, provider class: charges the card under our key; undone by
+/// [`refund`].
+#[tool(
+    class = "provider",
+    name = "pay",
+    key = "order.id",
+    compensate = refund,
+    retry(max_attempts = 10, initial = "10ms", max_interval = "200ms", max_elapsed = "1m"),
+    timeout = "600ms"
+)]
+pub async fn pay(ctx: &Ctx, order: Order, shop: Arc<Shop>) -> Result<Charge, ProviderError> {
+    let request = ChargeRequest {
+        amount: order.amount_cents,
+        currency: order.currency.clone(),
+        order_id: order.id,
+        customer: order.customer.clone(),
+    };
+    shop.at(Moment::Sending, "pay", order.id);
+    let charge = shop
+        .clients
+        .payments
+        .charge(ctx.idempotency_key().as_str(), &request)
+        .await?;
+    if charge.replayed {
+        ctx.mark_provider_replay();
+    }
+    shop.at(Moment::Landed, "pay", order.id);
+    Ok(charge)
+}
+
+/// Undoes [`pay`], provider class: payments deduplicates refunds on our
+/// key, as it does charges.
+#[tool(
+    class = "provider",
+    name = "refund",
+    key = "charge.id",
+    retry(
+        max_attempts = 10,
+        initial = "10ms",
+        max_interval = "200ms",
+        max_elapsed = "1m"
+    ),
+    timeout = "600ms"
+)]
+pub async fn refund(
+    ctx: &Ctx,
+    charge: &Charge,
+    order: &Order,
+    shop: &Arc<Shop>,
+) -> Result<Refund, ProviderError> {
+    let request = RefundRequest {
+        charge: charge.id.clone(),
+        amount: charge.amount,
+    };
+    shop.at(Moment::Sending, "refund", order.id);
+    let refund = shop
+        .clients
+        .payments
+        .refund(ctx.idempotency_key().as_str(), &request)
+        .await?;
+    if refund.replayed {
+        ctx.mark_provider_replay();
+    }
+    shop.at(Moment::Landed, "refund", order.id);
+    Ok(refund)
+}
+
+/// Saga step 3, at-most-once: pays the supplier by wire.
+#[tool(
+    class = "at_most_once",
+    name = "pay_supplier",
+    key = "order_id",
+    timeout = "600ms"
+)]
+pub async fn pay_supplier(
+    ctx: &Ctx,
+    order_id: u64,
+    iban: String,
+    amount_cents: u64,
+    shop: Arc<Shop>,
+) -> Result<WireReceipt, ProviderError> {
+    let _ = ctx;
+    let wire = WireRequest {
+        to_account: iban,
+        amount: amount_cents,
+        reference: format!("supplier, order {order_id}"),
+    };
+    shop.at(Moment::Sending, "pay_supplier", order_id);
+    let receipt = shop.clients.wire.send(&wire).await?;
+    shop.at(Moment::Landed, "pay_supplier", order_id);
+    Ok(receipt)
+}
+
+/// What a shipped order produced.
+#[derive(Debug, Clone)]
+pub struct Shipped {
+    /// The courier's ticket.
+    pub courier: Ticket,
+    /// The charge.
+    pub charge: Charge,
+    /// The supplier's payment.
+    pub supplier: WireReceipt,
+}
+
+/// Ships `order_id` as the saga `ship` of `ctx`'s run. A refusal of a step
+/// rolls the completed ones back: `ToolError::Compensated` once every one is
+/// undone. Safe to run again after a crash: a rollback under way resumes.
+pub async fn ship_order(
+    shop: &Arc<Shop>,
+    ctx: &Ctx,
+    order_id: u64,
+) -> Result<Shipped, ToolError<ProviderError>> {
+    let order = order_book(order_id);
+    ctx.saga("ship", |s| async move {
+        let courier = book_courier(s.ctx(), order.id, shop.clone()).await?;
+        let charge = pay(s.ctx(), order.clone(), shop.clone()).await?;
+        let supplier = pay_supplier(
+            s.ctx(),
+            order.id,
+            SUPPLIER_IBAN.into(),
+            order.amount_cents / 2,
+            shop.clone(),
+        )
+        .await?;
+        Ok(Shipped {
+            courier,
+            charge,
+            supplier,
+        })
+    })
+    .await
 }

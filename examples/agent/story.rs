@@ -26,15 +26,22 @@ use crate::shop::{self, Moment, Shop, Step};
 pub const WORKER_ENV: &str = "IDEM_DEMO_WORKER";
 const JOURNAL_ENV: &str = "IDEM_DEMO_JOURNAL";
 const CRASH_ENV: &str = "IDEM_DEMO_CRASH";
+/// Set in a worker that runs the second order, the saga.
+const SAGA_ENV: &str = "IDEM_DEMO_SAGA";
 
 /// The demo's one order and its durable workflow id.
 pub const ORDER: u64 = 4711;
 const RUN_ID: &str = "order-4711";
 
+/// The second order, shipped as a saga, and its run.
+pub const SAGA_ORDER: u64 = 4712;
+const SAGA_RUN_ID: &str = "order-4712";
+
 /// Worker exit codes.
 const DONE: i32 = 0;
 const FAILED: i32 = 1;
 const PARKED: i32 = 3;
+const ROLLED_BACK: i32 = 4;
 
 /// Longest a worker may take before the parent kills it (it needs well under
 /// a second; this only keeps a broken build from hanging).
@@ -89,6 +96,9 @@ async fn worker() -> i32 {
 
     // The live audit stream: after each step, what idem decided for it.
     let events = Arc::new(Mutex::new(rt.subscribe()));
+    if std::env::var_os(SAGA_ENV).is_some() {
+        return saga_worker(&rt, addrs, crash, events).await;
+    }
     let hook: shop::Hook = {
         let events = events.clone();
         Arc::new(move |moment, tool, _order| {
@@ -141,6 +151,63 @@ async fn worker() -> i32 {
     }
 }
 
+/// The second order as a saga: the courier is booked and the card charged,
+/// then the supplier's bank refuses the payment and idem rolls back. With
+/// `crash`, the worker SIGKILLs itself right after the refund landed,
+/// before idem wrote its COMMIT.
+async fn saga_worker(
+    rt: &Runtime,
+    addrs: ProviderAddrs,
+    crash: bool,
+    events: Arc<Mutex<Subscription>>,
+) -> i32 {
+    let hook: shop::Hook = {
+        let events = events.clone();
+        Arc::new(move |moment, tool, _order| {
+            if moment == Moment::Landed {
+                let what = match tool {
+                    "book_courier" => "the courier is booked",
+                    "pay" => "the card is charged",
+                    "refund" => "the charge is refunded",
+                    "cancel_courier" => "the courier is cancelled",
+                    _ => "done",
+                };
+                say_step(tool, what);
+                say_events(&mut lock(&events));
+            }
+            if crash && moment == Moment::Landed && tool == "refund" {
+                eprintln!(
+                    "  !! mid-rollback: the refund has landed and idem has not written its \
+                     COMMIT.\n  !! SIGKILL (no cleanup, no flush)."
+                );
+                shop::sigkill_self();
+            }
+        })
+    };
+    let shop = Arc::new(Shop::with_hook(addrs, hook));
+    let ctx = rt.run(SAGA_RUN_ID);
+    let result = shop::ship_order(&shop, &ctx, SAGA_ORDER).await;
+    say_events(&mut lock(&events));
+    match result {
+        Ok(shipped) => {
+            eprintln!(
+                "order {SAGA_ORDER} shipped: {} {}",
+                shipped.charge.id, shipped.supplier.id
+            );
+            DONE
+        }
+        Err(ToolError::Compensated { saga, reason }) => {
+            eprintln!("saga {saga} rolled back: {}", short(&reason));
+            eprintln!("every completed step was undone, each exactly once");
+            ROLLED_BACK
+        }
+        Err(other) => {
+            eprintln!("the saga stopped: {other}");
+            FAILED
+        }
+    }
+}
+
 /// What a worker says when it waits for an operator (the parent watches
 /// for it).
 const WAITING: &str = "waiting for an operator (idem escalations, or the inbox)";
@@ -172,7 +239,9 @@ fn class_of(tool: &str) -> &'static str {
         "lookup_order" => "read_only",
         "charge" => "provider",
         "send_email" | "open_ticket" => "journal",
-        "refund_wire" => "at_most_once",
+        "refund_wire" | "pay_supplier" => "at_most_once",
+        "pay" | "refund" => "provider",
+        "book_courier" | "cancel_courier" => "journal",
         _ => "",
     }
 }
@@ -274,6 +343,14 @@ pub fn phrase(kind: &EventKind) -> String {
         EventKind::Refused { reason } => format!("refused: {reason}"),
         EventKind::StepRecorded => "step recorded".into(),
         EventKind::StepReplayed => "step replayed".into(),
+        EventKind::SagaStarted { saga } => format!("saga {saga} started"),
+        EventKind::Compensating { steps, .. } => {
+            format!("ROLLING BACK {} step(s), last first", steps.len())
+        }
+        EventKind::Compensated { undone, .. } => {
+            format!("rolled back: {} step(s) undone", undone.len())
+        }
+        EventKind::SagaEscalated { .. } => "saga ESCALATED to a human".into(),
         // Kinds a later idem adds.
         other => format!("{other:?}"),
     }
@@ -306,6 +383,9 @@ pub struct Report {
     pub emails: usize,
     pub tickets: usize,
     pub wires: usize,
+    /// For the saga's order 4712: charges, refunds, couriers booked,
+    /// cancellations, supplier payments.
+    pub saga: [usize; 5],
     /// Operations applied more than once, by the providers' own count.
     pub duplicates: usize,
     /// Escalations an operator resolved.
@@ -332,6 +412,7 @@ impl std::fmt::Display for WorkerEnd {
         match self {
             WorkerEnd::Exited(DONE) => write!(f, "exited: workflow done"),
             WorkerEnd::Exited(PARKED) => write!(f, "exited: workflow parked on an escalation"),
+            WorkerEnd::Exited(ROLLED_BACK) => write!(f, "exited: saga rolled back"),
             WorkerEnd::Exited(code) => write!(f, "exited with code {code} (failure)"),
             WorkerEnd::Signal(9) => write!(f, "killed by SIGKILL (signal 9)"),
             WorkerEnd::Signal(s) => write!(f, "killed by signal {s}"),
@@ -479,7 +560,7 @@ async fn story(
     out.line("    - the bank executes the wire, then the connection drops before the answer");
 
     out.section("2. Worker 1 runs the workflow and dies at the worst moment");
-    let end = run_worker(1, true, &journal, &addrs, worker, &mut out).await?;
+    let end = run_worker(1, CRASHING, &journal, &addrs, worker, &mut out).await?;
     report.workers.push(end);
     out.line(format!("  worker 1 {end}"));
     out.line(format!(
@@ -488,7 +569,7 @@ async fn story(
     ));
 
     out.section("3. Worker 2 restarts from the journal; the wire waits for a human");
-    let mut worker2 = start_worker(2, false, &journal, &addrs, worker, &mut out)?;
+    let mut worker2 = start_worker(2, STEADY, &journal, &addrs, worker, &mut out)?;
     let waiting = worker2.narrate_until(&mut out, WAITING).await;
 
     out.section("4. An operator settles it through the admin API while worker 2 waits");
@@ -503,7 +584,24 @@ async fn story(
     report.workers.push(end);
     out.line(format!("  worker 2 {end}"));
 
-    out.section("6. Ground truth: the providers' own ledgers");
+    out.section("6. A second order as a saga: refused at its last step, rolled back");
+    out.line(format!(
+        "  order {SAGA_ORDER} books a courier (journal), charges the card (provider), then pays"
+    ));
+    out.line(
+        "  the supplier (at_most_once), whose bank refuses: the account is closed. idem undoes",
+    );
+    out.line("  the completed steps last first: refund the charge, cancel the courier. Worker 3");
+    out.line("  SIGKILLs itself right after the refund landed; worker 4 resumes the rollback.");
+    let saga_mode = |crash| Mode { crash, saga: true };
+    let end = run_worker(3, saga_mode(true), &journal, &addrs, worker, &mut out).await?;
+    report.workers.push(end);
+    out.line(format!("  worker 3 {end}"));
+    let end = run_worker(4, saga_mode(false), &journal, &addrs, worker, &mut out).await?;
+    report.workers.push(end);
+    out.line(format!("  worker 4 {end}"));
+
+    out.section("7. Ground truth: the providers' own ledgers");
     report.charges = shop::effects(&providers, "charge", ORDER);
     report.emails = shop::effects(&providers, "send_email", ORDER);
     report.tickets = shop::effects(&providers, "open_ticket", ORDER);
@@ -545,12 +643,36 @@ async fn story(
             w.reference
         ));
     }
+    for r in providers.refunds() {
+        out.line(format!(
+            "  refunds   {}  of {}  order {}  {:>10}  key {}",
+            r.refund_id,
+            r.charge_id,
+            r.order_id,
+            money(r.amount),
+            abbreviate(r.idempotency_key.as_deref().unwrap_or("-"))
+        ));
+    }
+    for c in providers.cancellations() {
+        out.line(format!(
+            "  tickets   {} cancels {}  reference {}",
+            c.id,
+            c.ticket_id,
+            abbreviate(&c.reference)
+        ));
+    }
     out.line(format!(
         "  per operation: {} charge, {} email, {} ticket, {} wire; providers.duplicates(): {}",
         report.charges, report.emails, report.tickets, report.wires, report.duplicates
     ));
+    report.saga = saga_effects(&providers);
+    let [charged, refunded, booked, cancelled, paid] = report.saga;
+    out.line(format!(
+        "  order {SAGA_ORDER}: {charged} charge, {refunded} refund, {booked} courier, \
+         {cancelled} cancellation, {paid} supplier payment"
+    ));
 
-    out.section("7. The audit stream: every decision, durable (rt.audit(0))");
+    out.section("8. The audit stream: every decision, durable (rt.audit(0))");
     let rt = Runtime::open(&journal)?;
     let events: Vec<AuditEvent> = rt.audit(0).await?;
     report.audit_events = events.len();
@@ -580,7 +702,7 @@ async fn story(
         out.line(format!("  {}", first.to_json_line()));
     }
 
-    out.section("8. Per-tool counts (rt.stats())");
+    out.section("9. Per-tool counts (rt.stats())");
     report.stats = rt.stats().await?;
     // The table `idem stats` prints.
     let view = idem::admin::StatsView {
@@ -599,12 +721,15 @@ async fn story(
     check(&mut report, &events);
     out.line("");
     let verdict = format!(
-        "{} charge, {} email, {} ticket, {} wire for order {ORDER}; {} duplicate(s); \
-         survived {} SIGKILL; {} escalation(s) resolved by an operator; {:.1} s",
+        "{} charge, {} email, {} ticket, {} wire for order {ORDER}; order {SAGA_ORDER} rolled \
+         back with {} refund and {} cancellation; {} duplicate(s); survived {} SIGKILL; {} \
+         escalation(s) resolved by an operator; {:.1} s",
         report.charges,
         report.emails,
         report.tickets,
         report.wires,
+        report.saga[1],
+        report.saga[3],
         report.duplicates,
         report
             .workers
@@ -629,7 +754,12 @@ async fn story(
 /// the audit stream.
 fn check(report: &mut Report, events: &[AuditEvent]) {
     let mut problems = Vec::new();
-    let expected = [WorkerEnd::Signal(9), WorkerEnd::Exited(DONE)];
+    let expected = [
+        WorkerEnd::Signal(9),
+        WorkerEnd::Exited(DONE),
+        WorkerEnd::Signal(9),
+        WorkerEnd::Exited(ROLLED_BACK),
+    ];
     if report.workers != expected {
         problems.push(format!(
             "workers ended {:?}, expected {expected:?}",
@@ -645,6 +775,13 @@ fn check(report: &mut Report, events: &[AuditEvent]) {
         if n != 1 {
             problems.push(format!("{n} {what} for order {ORDER}, expected exactly 1"));
         }
+    }
+    if report.saga != [1, 1, 1, 1, 0] {
+        problems.push(format!(
+            "order {SAGA_ORDER}: [charges, refunds, couriers, cancellations, supplier payments] \
+             = {:?}, expected [1, 1, 1, 1, 0]",
+            report.saga
+        ));
     }
     if report.duplicates != 0 {
         problems.push(format!("{} duplicated operations", report.duplicates));
@@ -664,6 +801,9 @@ fn check(report: &mut Report, events: &[AuditEvent]) {
             EventKind::DedupeHit => "dedupe_hit".into(),
             EventKind::Escalated { .. } => "escalated".into(),
             EventKind::Resolved { resolution, .. } => format!("resolved:{resolution}"),
+            EventKind::Compensating { .. } => "compensating".into(),
+            EventKind::Compensated { .. } => "compensated".into(),
+            EventKind::Rejected { .. } => "rejected".into(),
             _ => continue,
         };
         *seen.entry((e.tool.as_str(), label)).or_default() += 1;
@@ -703,6 +843,31 @@ fn check(report: &mut Report, events: &[AuditEvent]) {
             "refund_wire",
             "resolved:landed",
             "the operator answered from the bank statement",
+        ),
+        (
+            "pay_supplier",
+            "rejected",
+            "the supplier's bank refused the payment",
+        ),
+        (
+            "saga:ship",
+            "compensating",
+            "the refusal decided a rollback",
+        ),
+        (
+            "refund",
+            "provider_replay",
+            "the refund of the killed worker was replayed by payments",
+        ),
+        (
+            "cancel_courier",
+            "committed:call",
+            "the resumed rollback cancelled the courier",
+        ),
+        (
+            "saga:ship",
+            "compensated",
+            "every completed step of the saga was undone",
         ),
     ] {
         if !seen.contains_key(&(tool, label.to_string())) {
@@ -803,6 +968,34 @@ async fn operate(
     Ok(())
 }
 
+/// The saga's order at the providers: charges, refunds, couriers booked,
+/// cancellations, supplier payments.
+fn saga_effects(providers: &Providers) -> [usize; 5] {
+    let courier = format!("courier, order {SAGA_ORDER}");
+    let supplier = format!("supplier, order {SAGA_ORDER}");
+    [
+        shop::effects(providers, "charge", SAGA_ORDER),
+        providers
+            .refunds()
+            .iter()
+            .filter(|r| r.order_id == SAGA_ORDER)
+            .count(),
+        providers
+            .tickets()
+            .ledger()
+            .iter()
+            .filter(|t| t.title == courier)
+            .count(),
+        providers.cancellations().len(),
+        providers
+            .wire()
+            .ledger()
+            .iter()
+            .filter(|w| w.reference == supplier)
+            .count(),
+    ]
+}
+
 fn tally(providers: &Providers) -> String {
     format!(
         "{} charge(s), {} email(s), {} ticket(s), {} wire(s)",
@@ -827,16 +1020,25 @@ fn abbreviate(key: &str) -> String {
 /// ended. The parent kills it if it outlives [`WATCHDOG`].
 async fn run_worker(
     n: u32,
-    crash: bool,
+    mode: Mode,
     journal: &Path,
     addrs: &ProviderAddrs,
     worker: &dyn Fn() -> std::process::Command,
     out: &mut Out<'_>,
 ) -> Result<WorkerEnd, Box<dyn std::error::Error>> {
-    start_worker(n, crash, journal, addrs, worker, out)?
+    start_worker(n, mode, journal, addrs, worker, out)?
         .finish(out)
         .await
 }
+
+const CRASHING: Mode = Mode {
+    crash: true,
+    saga: false,
+};
+const STEADY: Mode = Mode {
+    crash: false,
+    saga: false,
+};
 
 /// A running worker and its narration.
 struct Running {
@@ -846,9 +1048,16 @@ struct Running {
     deadline: tokio::time::Instant,
 }
 
+/// What a worker runs, and whether it dies at the worst moment.
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    crash: bool,
+    saga: bool,
+}
+
 fn start_worker(
     n: u32,
-    crash: bool,
+    mode: Mode,
     journal: &Path,
     addrs: &ProviderAddrs,
     worker: &dyn Fn() -> std::process::Command,
@@ -864,10 +1073,12 @@ fn start_worker(
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    if crash {
-        command.env(CRASH_ENV, "1");
-    } else {
-        command.env_remove(CRASH_ENV);
+    for (set, var) in [(mode.crash, CRASH_ENV), (mode.saga, SAGA_ENV)] {
+        if set {
+            command.env(var, "1");
+        } else {
+            command.env_remove(var);
+        }
     }
     let mut child = command.spawn()?;
     out.line(format!(

@@ -84,7 +84,7 @@ pub use journal::{overwrite_record, FaultyJournal, MemJournal, ProcessView, Stor
 pub use ledger::{Duplicate, Effect};
 pub use payments::{
     Charge, ChargeOutcome, ChargeRecord, ChargeRequest, OrderId, PaymentsClient, PaymentsConfig,
-    MAX_KEY_LEN,
+    Refund, RefundRecord, RefundRequest, MAX_KEY_LEN,
 };
 pub use providers::{
     EmailProvider, PaymentsProvider, Provider, Providers, ProvidersConfig, TicketsProvider,
@@ -92,5 +92,5 @@ pub use providers::{
 };
 pub use rng::SplitMix64;
 pub use server::ServerConfig;
-pub use tickets::{NewTicket, Ticket, TicketsClient};
+pub use tickets::{CancelTicket, Cancellation, NewTicket, Ticket, TicketsClient};
 pub use wire::{WireClient, WireReceipt, WireRequest};

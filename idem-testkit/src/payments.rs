@@ -13,6 +13,12 @@
 //! - Keys are kept for [`PaymentsConfig::key_window`] from their first use,
 //!   measured on the provider's injectable [`Clock`]; after that a repeat is
 //!   a new request.
+//!
+//! `POST /v1/refunds` refunds a succeeded charge, with the same key rules
+//! (a saved answer per key, replayed with `Idempotent-Replayed: true`); a
+//! refund of a charge the provider does not know, or of more than was
+//! charged, is a 400 and refunds nothing. Every refund executed is in
+//! [`crate::Providers::refunds`]: two for one charge is a double refund.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -126,6 +132,60 @@ impl fmt::Display for OrderId {
     }
 }
 
+/// The body of `POST /v1/refunds`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefundRequest {
+    /// The charge refunded, `ch_…`.
+    pub charge: String,
+    /// Amount in minor units, at least 1 and at most the charge's.
+    pub amount: u64,
+}
+
+/// A refund, as answered by the provider.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refund {
+    /// Provider-assigned id, `re_…`.
+    pub id: String,
+    /// The charge refunded.
+    pub charge: String,
+    /// Amount in minor units.
+    pub amount: u64,
+    /// Provider time of the refund, ms since the epoch.
+    pub created_ms: u64,
+    /// Set by [`PaymentsClient`] when the answer carried
+    /// `Idempotent-Replayed: true`; never part of the provider's body.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub replayed: bool,
+}
+
+/// One refund the provider executed (ledger record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundRecord {
+    /// The refund id.
+    pub refund_id: String,
+    /// The charge refunded.
+    pub charge_id: String,
+    /// The order of that charge.
+    pub order_id: u64,
+    /// The idempotency key it was made under, if any.
+    pub idempotency_key: Option<String>,
+    /// Amount in minor units.
+    pub amount: u64,
+    /// Provider time, ms since the epoch.
+    pub at_ms: u64,
+}
+
+/// A charge is the logical operation of a refund: two refunds of one
+/// charge is a double refund.
+impl Effect for RefundRecord {
+    type Operation = String;
+
+    fn operation(&self) -> Option<String> {
+        Some(self.charge_id.clone())
+    }
+}
+
 /// Options of the payments provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PaymentsConfig {
@@ -160,12 +220,18 @@ struct KeyEntry {
     state: KeyState,
 }
 
+type RefundKey = (u64, RefundRequest, Option<HttpResponse>);
+
 /// The server side of payments.
 pub(crate) struct Payments {
     config: PaymentsConfig,
     clock: Clock,
     ledger: Ledger<ChargeRecord>,
     keys: Mutex<HashMap<String, KeyEntry>>,
+    refunds: Ledger<RefundRecord>,
+    /// Refund keys: first use, request, and the saved answer (`None`
+    /// while the first request with the key executes).
+    refund_keys: Mutex<HashMap<String, RefundKey>>,
 }
 
 enum Claim<'a> {
@@ -205,13 +271,123 @@ impl Drop for KeyClaim<'_> {
 }
 
 impl Payments {
-    pub(crate) fn new(config: PaymentsConfig, clock: Clock, ledger: Ledger<ChargeRecord>) -> Self {
+    pub(crate) fn new(
+        config: PaymentsConfig,
+        clock: Clock,
+        ledger: Ledger<ChargeRecord>,
+        refunds: Ledger<RefundRecord>,
+    ) -> Self {
         Payments {
             config,
             clock,
             ledger,
             keys: Mutex::default(),
+            refunds,
+            refund_keys: Mutex::default(),
         }
+    }
+
+    /// `POST /v1/refunds`: validated, deduplicated on its key, executed
+    /// under the key's lock (a repeat waits for the first and replays it).
+    async fn refund(&self, req: &Request, mut fault: Injected) -> Reply {
+        if let Some(reply) = fault.before_apply() {
+            return reply;
+        }
+        let key = req.header("idempotency-key").map(str::to_string);
+        if key
+            .as_ref()
+            .is_some_and(|k| k.is_empty() || k.chars().count() > MAX_KEY_LEN)
+        {
+            return bad_request(
+                "Keys for idempotent requests can only be 1 to 255 characters long",
+            );
+        }
+        let params: RefundRequest = match serde_json::from_slice(&req.body) {
+            Ok(p) => p,
+            Err(e) => return bad_request(&e.to_string()),
+        };
+        let charge = self
+            .ledger
+            .filter(|c| c.charge_id == params.charge && c.outcome == ChargeOutcome::Succeeded)
+            .into_iter()
+            .next();
+        let Some(charge) = charge else {
+            return bad_request(&format!("No such charge: '{}'", params.charge));
+        };
+        if params.amount == 0 || params.amount > charge.amount {
+            return bad_request(&format!(
+                "Refund amount ({}) must be between 1 and the charge's {}",
+                params.amount, charge.amount
+            ));
+        }
+        let now = self.clock.now_ms();
+        let window = self.config.key_window.as_millis() as u64;
+        if let Some(k) = &key {
+            let saved = {
+                let mut keys = self.refund_keys.lock().unwrap_or_else(|e| e.into_inner());
+                keys.retain(|_, (first, _, saved)| {
+                    saved.is_none() || now.saturating_sub(*first) < window
+                });
+                match keys.get(k) {
+                    Some((_, p, _)) if *p != params => {
+                        return bad_request(&format!(
+                        "Keys for idempotent requests can only be used with the same parameters \
+                         they were first used with. Try using a key other than '{k}' if you meant \
+                         to execute a different request."
+                    ));
+                    }
+                    Some((_, _, None)) => {
+                        return Reply::Respond(HttpResponse::json(
+                            409,
+                            &json!({ "error": {
+                                "type": "idempotency_error",
+                                "code": "idempotency_key_in_use",
+                                "message": "There is currently another in-progress request using this idempotency key. Retry later.",
+                            }}),
+                        ));
+                    }
+                    Some((_, _, Some(saved))) => Some(saved.clone()),
+                    None => {
+                        keys.insert(k.clone(), (now, params.clone(), None));
+                        None
+                    }
+                }
+            };
+            if let Some(saved) = saved {
+                fault.processing().await;
+                return fault
+                    .after_apply()
+                    .finish(saved.with_header("Idempotent-Replayed", "true"));
+            }
+        }
+        fault.processing().await;
+        let after = fault.after_apply();
+        let record = self.refunds.push_with(|n| RefundRecord {
+            refund_id: format!("re_{:08}", n + 1),
+            charge_id: charge.charge_id.clone(),
+            order_id: charge.order_id,
+            idempotency_key: key.clone(),
+            amount: params.amount,
+            at_ms: now,
+        });
+        let answer = HttpResponse::json(
+            200,
+            &Refund {
+                id: record.refund_id,
+                charge: record.charge_id,
+                amount: record.amount,
+                created_ms: now,
+                replayed: false,
+            },
+        );
+        let saved = after.response(answer);
+        if let Some(k) = key {
+            self.refund_keys
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(k, (now, params, Some(saved.clone())));
+        }
+        after.reply(saved)
     }
 
     fn keys(&self) -> MutexGuard<'_, HashMap<String, KeyEntry>> {
@@ -316,10 +492,14 @@ fn parse_params(body: &[u8]) -> Result<ChargeRequest, String> {
 
 impl Service for Payments {
     fn op_kind(&self, req: &Request) -> Option<OpKind> {
-        (req.method == "POST" && req.path == "/v1/charges").then_some(OpKind::Write)
+        (req.method == "POST" && (req.path == "/v1/charges" || req.path == "/v1/refunds"))
+            .then_some(OpKind::Write)
     }
 
     async fn handle(&self, req: Request, mut fault: Injected) -> Reply {
+        if req.method == "POST" && req.path == "/v1/refunds" {
+            return self.refund(&req, fault).await;
+        }
         if req.path != "/v1/charges" {
             return Reply::Respond(not_found());
         }
@@ -433,6 +613,26 @@ impl PaymentsClient {
         request: &ChargeRequest,
     ) -> Result<Charge, ProviderError> {
         self.send(&[], request).await
+    }
+
+    /// Refunds under `idempotency_key`. A replayed refund comes back with
+    /// [`Refund::replayed`] set.
+    pub async fn refund(
+        &self,
+        idempotency_key: &str,
+        request: &RefundRequest,
+    ) -> Result<Refund, ProviderError> {
+        let (mut refund, replayed): (Refund, bool) = self
+            .http
+            .call(
+                "POST",
+                "/v1/refunds",
+                &[("Idempotency-Key", idempotency_key)],
+                Some(request),
+            )
+            .await?;
+        refund.replayed = replayed;
+        Ok(refund)
     }
 
     async fn send(

@@ -15,9 +15,9 @@ use crate::clock::Clock;
 use crate::email::{Email, SentMessage};
 use crate::faults::FaultControl;
 use crate::ledger::{Duplicate, Effect, Ledger};
-use crate::payments::{ChargeRecord, Payments, PaymentsConfig};
+use crate::payments::{ChargeRecord, Payments, PaymentsConfig, RefundRecord};
 use crate::server::{self, Busy, Running, ServerConfig, Service};
-use crate::tickets::{Ticket, Tickets};
+use crate::tickets::{Cancellation, Ticket, Tickets};
 use crate::wire::{WireReceipt, Wires};
 
 /// Options for [`Providers::start_with`].
@@ -203,6 +203,8 @@ pub struct Providers {
     email: EmailProvider,
     tickets: TicketsProvider,
     wire: WireProvider,
+    refunds: Ledger<RefundRecord>,
+    cancellations: Ledger<Cancellation>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -223,16 +225,25 @@ impl Providers {
         let clock = &config.clock;
         // On an early return the dropped shutdown sender stops whatever
         // already started.
+        let refunds = Ledger::default();
+        let cancellations = Ledger::default();
         let payments = starter
             .start("payments", |ledger| {
-                Payments::new(config.payments.clone(), clock.clone(), ledger)
+                Payments::new(
+                    config.payments.clone(),
+                    clock.clone(),
+                    ledger,
+                    refunds.clone(),
+                )
             })
             .await?;
         let email = starter
             .start("email", |ledger| Email::new(clock.clone(), ledger))
             .await?;
         let tickets = starter
-            .start("tickets", |ledger| Tickets::new(clock.clone(), ledger))
+            .start("tickets", |ledger| {
+                Tickets::new(clock.clone(), ledger, cancellations.clone())
+            })
             .await?;
         let wire = starter
             .start("wire", |ledger| Wires::new(clock.clone(), ledger))
@@ -242,6 +253,8 @@ impl Providers {
             email,
             tickets,
             wire,
+            refunds,
+            cancellations,
             shutdown: starter.shutdown,
             tasks: starter.tasks,
         })
@@ -277,13 +290,38 @@ impl Providers {
         &self.wire
     }
 
-    /// Every operation applied more than once, across all providers. Empty
+    /// Every refund payments executed (`POST /v1/refunds`), in order.
+    pub fn refunds(&self) -> Vec<RefundRecord> {
+        self.refunds.snapshot()
+    }
+
+    /// Every ticket cancellation (`POST /tickets/cancel`), in order.
+    pub fn cancellations(&self) -> Vec<Cancellation> {
+        self.cancellations.snapshot()
+    }
+
+    /// Every operation applied more than once, across all providers
+    /// (refunds per charge and cancellations per ticket included). Empty
     /// is what a harness asserts.
     pub fn duplicates(&self) -> Vec<Duplicate> {
         let mut all: Vec<Duplicate> = self.payments.duplicate_report().collect();
         all.extend(self.email.duplicate_report());
         all.extend(self.tickets.duplicate_report());
         all.extend(self.wire.duplicate_report());
+        for (operation, count) in self.refunds.duplicates() {
+            all.push(Duplicate {
+                provider: "payments".into(),
+                operation: format!("refund of {operation}"),
+                count,
+            });
+        }
+        for (operation, count) in self.cancellations.duplicates() {
+            all.push(Duplicate {
+                provider: "tickets".into(),
+                operation: format!("cancellation of {operation}"),
+                count,
+            });
+        }
         all
     }
 

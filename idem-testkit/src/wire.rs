@@ -80,6 +80,10 @@ impl Service for Wires {
         if wire.amount == 0 {
             return bad_request("amount must be at least 1");
         }
+        // No country has the code XX: the bank refuses such an account.
+        if wire.to_account.starts_with("XX") {
+            return bad_request(&format!("invalid IBAN {}", wire.to_account));
+        }
         fault.processing().await;
         let now = self.clock.now_ms();
         let receipt = self.ledger.push_with(|n| WireReceipt {

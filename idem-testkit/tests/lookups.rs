@@ -211,3 +211,65 @@ async fn a_delay_still_applies_even_if_the_client_gave_up() {
         "the delayed wire was applied"
     );
 }
+
+#[tokio::test]
+async fn a_cancellation_is_found_by_its_reference_and_every_one_is_counted() {
+    use idem_testkit::{CancelTicket, NewTicket, TicketsClient};
+    let providers = Providers::start().await.unwrap();
+    let tickets = TicketsClient::with_config(providers.addrs().tickets, quick());
+    let opened = tickets
+        .create(&NewTicket {
+            external_ref: "book-1".into(),
+            title: "courier".into(),
+            body: String::new(),
+        })
+        .await
+        .unwrap();
+    let cancel = CancelTicket {
+        ticket_id: opened.id.clone(),
+        reference: "cancel-1".into(),
+    };
+    assert!(tickets
+        .find_cancellations("cancel-1")
+        .await
+        .unwrap()
+        .is_empty());
+    let done = tickets.cancel(&cancel).await.unwrap();
+    assert_eq!(done.ticket_id, opened.id);
+    assert_eq!(
+        tickets.find_cancellations("cancel-1").await.unwrap(),
+        [done]
+    );
+    assert!(providers.duplicates().is_empty());
+    // Not deduplicated: a blind resend cancels (and notifies) again.
+    tickets.cancel(&cancel).await.unwrap();
+    assert_eq!(providers.cancellations().len(), 2);
+    assert_eq!(providers.duplicates().len(), 1);
+    // A ticket the provider does not know is refused.
+    let unknown = tickets
+        .cancel(&CancelTicket {
+            ticket_id: "T-99".into(),
+            reference: "cancel-2".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.status(), Some(400));
+    assert_eq!(providers.cancellations().len(), 2);
+}
+
+#[tokio::test]
+async fn the_bank_refuses_an_account_no_country_has() {
+    use idem_testkit::{WireClient, WireRequest};
+    let providers = Providers::start().await.unwrap();
+    let wire = WireClient::with_config(providers.addrs().wire, quick());
+    let refused = wire
+        .send(&WireRequest {
+            to_account: "XX00CLOSED".into(),
+            amount: 100,
+            reference: "supplier".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status(), Some(400));
+    assert!(providers.wire().ledger().is_empty());
+}

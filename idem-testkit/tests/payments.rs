@@ -366,3 +366,107 @@ async fn chaos_with_keys_never_double_charges() {
     );
     assert!(providers.payments().faults().stats().values().sum::<u64>() > 0);
 }
+
+fn refund_of(charge: &str, amount: u64) -> idem_testkit::RefundRequest {
+    idem_testkit::RefundRequest {
+        charge: charge.into(),
+        amount,
+    }
+}
+
+#[tokio::test]
+async fn a_refund_is_deduplicated_on_its_key_and_every_refund_executed_is_counted() {
+    let (providers, client) = start().await;
+    let charged = client.charge("order-7", &charge(7, 1999)).await.unwrap();
+    let first = client
+        .refund("refund-7", &refund_of(&charged.id, 1999))
+        .await
+        .unwrap();
+    assert!(!first.replayed);
+    let again = client
+        .refund("refund-7", &refund_of(&charged.id, 1999))
+        .await
+        .unwrap();
+    assert!(again.replayed, "the saved answer, not a second refund");
+    assert_eq!(again.id, first.id);
+    assert_eq!(providers.refunds().len(), 1);
+    assert_eq!(providers.refunds()[0].order_id, 7);
+    assert!(providers.duplicates().is_empty());
+    // The same key with other parameters is refused and refunds nothing.
+    let other = client
+        .refund("refund-7", &refund_of(&charged.id, 1))
+        .await
+        .unwrap_err();
+    assert_eq!(status_of(&other), 400);
+    // Another key is another refund: the provider counts it as a double
+    // refund of the charge.
+    client
+        .refund("refund-7-bis", &refund_of(&charged.id, 1999))
+        .await
+        .unwrap();
+    let duplicates = providers.duplicates();
+    assert_eq!(duplicates.len(), 1, "{duplicates:?}");
+    assert_eq!(duplicates[0].operation, format!("refund of {}", charged.id));
+}
+
+#[tokio::test]
+async fn a_refund_of_an_unknown_charge_or_of_more_than_was_charged_is_refused() {
+    let (providers, client) = start().await;
+    let charged = client.charge("order-8", &charge(8, 500)).await.unwrap();
+    for (key, request) in [
+        ("r-1", refund_of("ch_nope", 500)),
+        ("r-2", refund_of(&charged.id, 501)),
+        ("r-3", refund_of(&charged.id, 0)),
+    ] {
+        let refused = client.refund(key, &request).await.unwrap_err();
+        assert_eq!(status_of(&refused), 400, "{request:?}");
+        assert_eq!(refused.classify(), Failure::Semantic);
+    }
+    assert!(providers.refunds().is_empty());
+}
+
+#[tokio::test]
+async fn a_refund_that_lost_its_answer_is_replayed_on_a_repeat() {
+    let (providers, client) = start().await;
+    let charged = client.charge("order-9", &charge(9, 700)).await.unwrap();
+    providers
+        .payments()
+        .faults()
+        .push(Fault::disconnect_after_apply());
+    let lost = client
+        .refund("refund-9", &refund_of(&charged.id, 700))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(lost.classify(), Failure::Ambiguous { .. }),
+        "{lost}"
+    );
+    let again = client
+        .refund("refund-9", &refund_of(&charged.id, 700))
+        .await
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(providers.refunds().len(), 1);
+}
+
+#[tokio::test]
+async fn a_refund_repeated_while_the_first_is_in_flight_gets_409_and_refunds_nothing() {
+    let (providers, client) = start().await;
+    let charged = client.charge("order-10", &charge(10, 300)).await.unwrap();
+    let gate = providers.payments().faults().hold_next();
+    let first = {
+        let client = client.clone();
+        let request = refund_of(&charged.id, 300);
+        tokio::spawn(async move { client.refund("refund-10", &request).await })
+    };
+    gate.arrived().await;
+    let busy = client
+        .refund("refund-10", &refund_of(&charged.id, 300))
+        .await
+        .unwrap_err();
+    assert_eq!(status_of(&busy), 409);
+    assert!(providers.refunds().is_empty());
+    gate.release();
+    assert!(!first.await.unwrap().unwrap().replayed);
+    assert_eq!(providers.refunds().len(), 1);
+}
