@@ -13,7 +13,7 @@
 //! | 4 | `open_ticket` | `journal` | tickets have no dedupe, but can be looked up by external reference |
 //! | 5 | `refund_wire` | `at_most_once` | a wire can neither be deduplicated nor looked up: never re-sent blindly |
 //!
-//! A second workflow, [`ship_order`], is a saga of free-function tools:
+//! A second workflow, `ship_order`, is a saga of free-function tools:
 //! `book_courier` (journal, undone by `cancel_courier`), `pay` (provider,
 //! undone by `refund`), then `pay_supplier` (at_most_once), which the bank
 //! refuses.
