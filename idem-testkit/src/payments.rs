@@ -337,14 +337,7 @@ impl Payments {
                     ));
                     }
                     Some((_, _, None)) => {
-                        return Reply::Respond(HttpResponse::json(
-                            409,
-                            &json!({ "error": {
-                                "type": "idempotency_error",
-                                "code": "idempotency_key_in_use",
-                                "message": "There is currently another in-progress request using this idempotency key. Retry later.",
-                            }}),
-                        ));
+                        return Reply::Respond(key_in_use());
                     }
                     Some((_, _, Some(saved))) => Some(saved.clone()),
                     None => {
@@ -476,6 +469,19 @@ impl Payments {
     }
 }
 
+/// The 409 of a repeat while the first request with its key executes:
+/// turned away unprocessed.
+fn key_in_use() -> HttpResponse {
+    HttpResponse::json(
+        409,
+        &json!({ "error": {
+            "type": "idempotency_error",
+            "code": "idempotency_key_in_use",
+            "message": "There is currently another in-progress request using this idempotency key. Retry later.",
+        }}),
+    )
+}
+
 fn parse_params(body: &[u8]) -> Result<ChargeRequest, String> {
     let p: ChargeRequest = serde_json::from_slice(body).map_err(|e| e.to_string())?;
     if p.amount == 0 {
@@ -535,16 +541,7 @@ impl Service for Payments {
                 // the saved one stays as it was.
                 return fault.after_apply().finish(saved);
             }
-            Claim::InFlight => {
-                return Reply::Respond(HttpResponse::json(
-                    409,
-                    &json!({ "error": {
-                        "type": "idempotency_error",
-                        "code": "idempotency_key_in_use",
-                        "message": "There is currently another in-progress request using this idempotency key. Retry later.",
-                    }}),
-                ))
-            }
+            Claim::InFlight => return Reply::Respond(key_in_use()),
             Claim::Mismatch => {
                 return Reply::Respond(HttpResponse::json(
                     400,
