@@ -541,6 +541,69 @@ impl std::fmt::Display for Stopped {
 /// Names of the four side-effecting tools, in workflow order.
 pub const EFFECT_TOOLS: [&str; 4] = ["charge", "send_email", "open_ticket", "refund_wire"];
 
+/// Names of the saga's side-effecting tools: its steps in order, then
+/// their compensations in the order they run.
+pub const SAGA_TOOLS: [&str; 5] = [
+    "book_courier",
+    "pay",
+    "pay_supplier",
+    "refund",
+    "cancel_courier",
+];
+
+/// [`effects`] for the saga's tools ([`SAGA_TOOLS`]): how many times the
+/// effect of `tool` for the shipped `order` was applied, by the provider's
+/// own ledger and by business identity (the courier's title, the order of
+/// the charge, the refunded charge, the supplier's reference, the cancelled
+/// ticket).
+pub fn saga_effects(providers: &Providers, tool: &str, order: u64) -> usize {
+    let couriers = || {
+        providers
+            .tickets()
+            .ledger()
+            .into_iter()
+            .filter(|t| t.title == courier_title(order))
+            .map(|t| t.id)
+            .collect::<Vec<_>>()
+    };
+    let charges = || {
+        providers
+            .payments()
+            .ledger()
+            .into_iter()
+            .filter(|c| c.order_id == order && c.outcome == ChargeOutcome::Succeeded)
+            .map(|c| c.charge_id)
+            .collect::<Vec<_>>()
+    };
+    match tool {
+        "book_courier" => couriers().len(),
+        "pay" => charges().len(),
+        "refund" => {
+            let charges = charges();
+            providers
+                .refunds()
+                .iter()
+                .filter(|r| charges.contains(&r.charge_id))
+                .count()
+        }
+        "pay_supplier" => providers
+            .wire()
+            .ledger()
+            .iter()
+            .filter(|w| w.reference == supplier_reference(order))
+            .count(),
+        "cancel_courier" => {
+            let couriers = couriers();
+            providers
+                .cancellations()
+                .iter()
+                .filter(|c| couriers.contains(&c.ticket_id))
+                .count()
+        }
+        other => panic!("not a saga tool: {other}"),
+    }
+}
+
 /// Dies the way a power cut or the OOM killer kills: SIGKILL, no destructor,
 /// no flush, nothing written after this point.
 pub fn sigkill_self() -> ! {
@@ -623,7 +686,7 @@ pub async fn book_courier(
 ) -> Result<Ticket, ProviderError> {
     let ticket = NewTicket {
         external_ref: ctx.idempotency_key().to_string(),
-        title: format!("courier, order {order_id}"),
+        title: courier_title(order_id),
         body: "pick up at the warehouse".into(),
     };
     shop.at(Moment::Sending, "book_courier", order_id);
@@ -747,11 +810,57 @@ pub async fn refund(
     Ok(refund)
 }
 
-/// Saga step 3, at-most-once: pays the supplier by wire.
+/// Supplier payments above this (in cents) wait for a person's approval.
+pub const SUPPLIER_APPROVAL_CENTS: u64 = 3000;
+
+/// `pay_supplier`'s approval policy: a person approves supplier payments
+/// above [`SUPPLIER_APPROVAL_CENTS`]; smaller ones run at once.
+fn supplier_approval(
+    _ctx: &Ctx,
+    _order_id: &u64,
+    _iban: &String,
+    amount_cents: &u64,
+    _shop: &Arc<Shop>,
+) -> Option<String> {
+    (*amount_cents > SUPPLIER_APPROVAL_CENTS).then(|| {
+        format!(
+            "a supplier payment of {}.{:02} EUR is above {}.{:02} EUR",
+            amount_cents / 100,
+            amount_cents % 100,
+            SUPPLIER_APPROVAL_CENTS / 100,
+            SUPPLIER_APPROVAL_CENTS % 100
+        )
+    })
+}
+
+/// Whether `pay_supplier` for `order_id` (as [`ship_order_to`] calls it)
+/// needs a person's approval.
+pub fn supplier_needs_approval(order_id: u64) -> bool {
+    supplier_amount(order_id) > SUPPLIER_APPROVAL_CENTS
+}
+
+/// What the supplier is paid for `order_id`: half the order.
+pub fn supplier_amount(order_id: u64) -> u64 {
+    order_book(order_id).amount_cents / 2
+}
+
+/// The payment reference of the supplier's wire for `order_id`.
+pub fn supplier_reference(order_id: u64) -> String {
+    format!("supplier, order {order_id}")
+}
+
+/// The title of the courier ticket `book_courier` opens for `order_id`.
+pub fn courier_title(order_id: u64) -> String {
+    format!("courier, order {order_id}")
+}
+
+/// Saga step 3, at-most-once: pays the supplier by wire, after a person's
+/// approval when the amount is large (`approve = supplier_approval`).
 #[tool(
     class = "at_most_once",
     name = "pay_supplier",
     key = "order_id",
+    approve = supplier_approval,
     timeout = "600ms"
 )]
 pub async fn pay_supplier(
@@ -765,7 +874,7 @@ pub async fn pay_supplier(
     let wire = WireRequest {
         to_account: iban,
         amount: amount_cents,
-        reference: format!("supplier, order {order_id}"),
+        reference: supplier_reference(order_id),
     };
     shop.at(Moment::Sending, "pay_supplier", order_id);
     let receipt = shop.clients.wire.send(&wire).await?;
@@ -784,13 +893,24 @@ pub struct Shipped {
     pub supplier: WireReceipt,
 }
 
-/// Ships `order_id` as the saga `ship` of `ctx`'s run. A refusal of a step
-/// rolls the completed ones back: `ToolError::Compensated` once every one is
-/// undone. Safe to run again after a crash: a rollback under way resumes.
+/// Ships `order_id` as the saga `ship` of `ctx`'s run, paying the supplier
+/// at [`SUPPLIER_IBAN`]. A refusal of a step rolls the completed ones back:
+/// `ToolError::Compensated` once every one is undone. Safe to run again
+/// after a crash: a rollback under way resumes.
 pub async fn ship_order(
     shop: &Arc<Shop>,
     ctx: &Ctx,
     order_id: u64,
+) -> Result<Shipped, ToolError<ProviderError>> {
+    ship_order_to(shop, ctx, order_id, SUPPLIER_IBAN).await
+}
+
+/// [`ship_order`], paying the supplier at `supplier_iban`.
+pub async fn ship_order_to(
+    shop: &Arc<Shop>,
+    ctx: &Ctx,
+    order_id: u64,
+    supplier_iban: &str,
 ) -> Result<Shipped, ToolError<ProviderError>> {
     let order = order_book(order_id);
     ctx.saga("ship", |s| async move {
@@ -799,8 +919,8 @@ pub async fn ship_order(
         let supplier = pay_supplier(
             s.ctx(),
             order.id,
-            SUPPLIER_IBAN.into(),
-            order.amount_cents / 2,
+            supplier_iban.to_string(),
+            supplier_amount(order.id),
             shop.clone(),
         )
         .await?;

@@ -93,7 +93,7 @@ use idem_testkit::{
     Chaos, Charge, ChargeOutcome, Clock, ProviderAddrs, Providers, ProvidersConfig, SplitMix64,
 };
 
-use crate::shop::{Moment, Shop, EFFECT_TOOLS};
+use crate::shop::{Moment, Shop, EFFECT_TOOLS, SAGA_TOOLS};
 
 /// The demo's shop (examples/agent/shop.rs): the tools the harness runs.
 /// Compiled here once; the torture example and tests use it from here
@@ -103,6 +103,9 @@ pub mod shop;
 
 // The multi-worker mode on PostgreSQL: [`Config::backend`].
 mod multi;
+
+// The saga workflow and the approvals of the single-worker modes.
+mod sagas;
 
 /// Set in a worker's environment (to anything).
 pub const WORKER_ENV: &str = "IDEM_TORTURE_WORKER";
@@ -503,6 +506,34 @@ pub struct Summary {
     /// Multi-worker mode: workers paused (SIGSTOP) past their lease, then
     /// continued (SIGCONT) after others could take their calls over.
     pub pauses: u64,
+    /// Single-worker modes: orders shipped as the shop's saga after their
+    /// order workflow (one per workflow).
+    pub sagas: u64,
+    /// Sagas that completed (the supplier was paid).
+    pub sagas_completed: u64,
+    /// Sagas that rolled back: the supplier's bank refused, or the
+    /// operator rejected the payment.
+    pub sagas_compensated: u64,
+    /// Effects of the sagas' tools in the providers' ledgers (couriers,
+    /// charges, supplier wires, refunds, cancellations).
+    pub saga_effects: u64,
+    /// What the sagas' ends call for, per order fixed by its number.
+    pub saga_effects_expected: u64,
+    /// `Committed` events of the sagas' tools in the audit streams.
+    pub saga_audited_commits: u64,
+    /// Compensations a rolled-back saga never ran (each also counted in
+    /// `lost`).
+    pub missed_compensations: u64,
+    /// `ApprovalRequested` events in the audit streams.
+    pub approvals_requested: u64,
+    /// Approvals the harness's operator gave through the admin API (and
+    /// the API acknowledged).
+    pub approved: u64,
+    /// Rejections it gave.
+    pub rejected: u64,
+    /// Decisions the API answered "not awaiting approval": an earlier
+    /// request of the operator had decided it, its answer cut off by a kill.
+    pub approvals_unanswered: u64,
 }
 
 impl Summary {
@@ -518,6 +549,7 @@ impl Summary {
             && self.lost == 0
             && self.audit_gaps == 0
             && self.reopen_failures == 0
+            && self.missed_compensations == 0
     }
 
     /// The progress the run is measured by: cuts or kills.
@@ -580,6 +612,7 @@ impl fmt::Display for Summary {
             self.provider_replays,
             self.elapsed.as_secs_f64()
         )?;
+        self.fmt_sagas(f)?;
         if self.workers > 0 {
             write!(
                 f,
@@ -673,6 +706,31 @@ impl Summary {
             self.verifications,
             self.provider_replays,
             self.elapsed.as_secs_f64()
+        )?;
+        self.fmt_sagas(f)
+    }
+
+    /// The sagas and approvals, when the run had them.
+    fn fmt_sagas(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.sagas == 0 {
+            return Ok(());
+        }
+        write!(
+            f,
+            " sagas={} (completed={} compensated={}) saga_effects={} (expected {}) \
+             saga_audited_commits={} missed_compensations={} approvals: requested={} \
+             approved={} rejected={} answer_lost_to_kill={}",
+            self.sagas,
+            self.sagas_completed,
+            self.sagas_compensated,
+            self.saga_effects,
+            self.saga_effects_expected,
+            self.saga_audited_commits,
+            self.missed_compensations,
+            self.approvals_requested,
+            self.approved,
+            self.rejected,
+            self.approvals_unanswered
         )
     }
 }
@@ -696,10 +754,24 @@ fn moment_name(moment: Moment) -> &'static str {
     }
 }
 
-/// Every instrumented point, each at its first occurrence.
+/// Every instrumented point, each at its first occurrence, in the order a
+/// worker reaches them: the saga's (its steps, then its compensations),
+/// then the order workflow's.
+///
+/// The saga comes first because the coverage chain ([`coverage_plan`])
+/// parks an order at each kill of an at_most_once tool mid-call and at the
+/// dedupe-window jump: after the order workflow's chain only two of a
+/// round's six orders would be left, and whether one of them lands its
+/// supplier payment (`pay_supplier:landed`) would depend on the round's
+/// numbers. Shipping first, a kill at `pay_supplier:sending` parks one
+/// order, and of the three even orders (their supplier's bank takes the
+/// wire) at most one is rejected by the operator (orders divisible by
+/// three), so one of the others lands it; the order workflow's points
+/// then need three of the five orders not parked.
 fn all_crash_points() -> Vec<CrashPoint> {
-    EFFECT_TOOLS
+    SAGA_TOOLS
         .iter()
+        .chain(EFFECT_TOOLS.iter())
         .flat_map(|tool| {
             [Moment::Sending, Moment::Landed].map(|moment| CrashPoint {
                 tool: tool.to_string(),
@@ -849,6 +921,10 @@ async fn worker() -> i32 {
             seqs.last()
         ),
     );
+    let ship = std::env::var_os(sagas::SAGA_ENV).is_some();
+    if ship {
+        sagas::say_admin(&status, &rt);
+    }
 
     let hook: shop::Hook = {
         let seen = Arc::new(AtomicU64::new(0));
@@ -884,7 +960,15 @@ async fn worker() -> i32 {
             let mut order = first + lane;
             while order < first + count {
                 let ctx = rt.run(&root_run(&prefix, order));
-                let mut end = process(&shop, &ctx, order).await;
+                // The order is shipped (the saga) before it is processed:
+                // see `all_crash_points` for why in this order.
+                let mut end = match ship {
+                    true => sagas::process(&shop, &ctx, order).await,
+                    false => OrderEnd::Done,
+                };
+                if matches!(end, OrderEnd::Done) {
+                    end = process(&shop, &ctx, order).await;
+                }
                 if archive && matches!(end, OrderEnd::Done) {
                     end = match archive_order(&ctx, order).await {
                         Ok(body) if body == archive_body(order) => OrderEnd::Done,
@@ -946,6 +1030,11 @@ fn open_worker_journal(journal: &Path) -> Result<Runtime, Error> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let mut builder = Runtime::builder().path(journal);
+    if std::env::var_os(sagas::SAGA_ENV).is_some() {
+        // The harness's operator decides approvals through it.
+        builder =
+            builder.admin_with(idem::admin::AdminOptions::new("127.0.0.1:0").token(sagas::TOKEN));
+    }
     if std::env::var_os(ARCHIVE_ENV).is_some() {
         builder = builder.sled_options(idem::SledOptions {
             checkpoint_bytes: POWER_CUT_CHECKPOINT_BYTES,
@@ -1146,10 +1235,27 @@ pub fn assert_covered_and_counted(summary: &Summary) {
     );
     let expected = summary.workflows * EFFECT_TOOLS.len() as u64;
     assert!(summary.workflows > 0, "{summary}");
-    assert_eq!(summary.operations, expected, "ledger effects: {summary}");
+    assert_eq!(
+        summary.operations,
+        expected + summary.saga_effects_expected,
+        "ledger effects: {summary}"
+    );
     assert_eq!(
         summary.audited_commits, expected,
         "audited commits: {summary}"
+    );
+    assert_eq!(summary.sagas, summary.workflows, "sagas: {summary}");
+    assert_eq!(
+        summary.saga_audited_commits, summary.saga_effects_expected,
+        "audited commits of the sagas: {summary}"
+    );
+    assert!(
+        summary.sagas_completed > 0 && summary.sagas_compensated > 0,
+        "sagas of both ends: {summary}"
+    );
+    assert!(
+        summary.approved > 0 && summary.rejected > 0,
+        "approvals of both kinds: {summary}"
     );
 }
 
@@ -1380,6 +1486,10 @@ struct Round<'c> {
     failovers: u64,
     /// Per provider, escalations already accounted to its injected faults.
     charged_to_faults: BTreeMap<&'static str, u64>,
+    /// Single-worker modes: every order is also shipped as a saga, and
+    /// the harness decides its approvals through the admin API.
+    sagas: bool,
+    approver: std::sync::Mutex<sagas::Approver>,
 }
 
 impl<'c> Round<'c> {
@@ -1412,7 +1522,20 @@ impl<'c> Round<'c> {
             paused: 0,
             failovers: 0,
             charged_to_faults: BTreeMap::new(),
+            sagas: !config.multi_worker_mode(),
+            approver: std::sync::Mutex::new(sagas::Approver::default()),
         }
+    }
+
+    /// What the journal acknowledged and must never forget besides the
+    /// INTENTs: the operator's resolutions and approval decisions.
+    fn decisions(&self) -> u64 {
+        self.resolutions
+            + self
+                .approver
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .acknowledged()
     }
 
     /// Books a worker's death by SIGKILL: per instrumented point, and for
@@ -1475,7 +1598,7 @@ impl<'c> Round<'c> {
         what: &str,
         summary: &mut Summary,
     ) -> Result<(), String> {
-        let acked = self.acknowledged.len() as u64 + self.resolutions;
+        let acked = self.acknowledged.len() as u64 + self.decisions();
         if clear_error && acked == 0 {
             summary.refused_opens += 1;
             return Ok(());
@@ -1627,7 +1750,7 @@ impl<'c> Round<'c> {
                 // A journal that opens empty although it acknowledged
                 // operations before the cut forgot them: the silent re-run
                 // power loss must never cause.
-                let acked = self.acknowledged.len() as u64 + self.resolutions;
+                let acked = self.acknowledged.len() as u64 + self.decisions();
                 if opened.and_then(audit_events) == Some(0) && acked > 0 {
                     summary.forgotten += 1;
                     summary.lost += acked;
@@ -1864,6 +1987,11 @@ impl<'c> Round<'c> {
         if disk.is_some() {
             command.env(ARCHIVE_ENV, "1");
         }
+        if self.sagas {
+            command.env(sagas::SAGA_ENV, "1");
+        } else {
+            command.env_remove(sagas::SAGA_ENV);
+        }
         match self.shift.load(Ordering::SeqCst) {
             0 => command.env_remove(CLOCK_SHIFT_ENV),
             ms => command.env(CLOCK_SHIFT_ENV, ms.to_string()),
@@ -1872,24 +2000,38 @@ impl<'c> Round<'c> {
         status_line(status, &format!("PLAN {plan:?}"));
         let mut child = command.spawn().map_err(|e| format!("spawn worker: {e}"))?;
         let deadline = WORKER_DEADLINE + Duration::from_secs(5);
-        let status = match plan {
-            Plan::KillAfter(delay) => {
-                tokio::select! {
-                    status = child.wait() => Some(status),
-                    () = tokio::time::sleep(*delay) => {
-                        // Power-cut mode: the power goes first, so nothing
-                        // the worker does from this instant reaches the disk.
-                        if let Some(disk) = disk {
-                            disk.power_off();
-                            cut = true;
+        let ended = async {
+            match plan {
+                Plan::KillAfter(delay) => {
+                    tokio::select! {
+                        status = child.wait() => Some(status),
+                        () = tokio::time::sleep(*delay) => {
+                            // Power-cut mode: the power goes first, so nothing
+                            // the worker does from this instant reaches the disk.
+                            if let Some(disk) = disk {
+                                disk.power_off();
+                                cut = true;
+                            }
+                            // SIGKILL. If it exited meanwhile, its status says so.
+                            let _ = child.start_kill();
+                            Some(child.wait().await)
                         }
-                        // SIGKILL. If it exited meanwhile, its status says so.
-                        let _ = child.start_kill();
-                        Some(child.wait().await)
                     }
                 }
+                _ => tokio::time::timeout(deadline, child.wait()).await.ok(),
             }
-            _ => tokio::time::timeout(deadline, child.wait()).await.ok(),
+        };
+        // Meanwhile the operator decides the worker's pending approvals
+        // through its admin API.
+        let approving = async {
+            match self.sagas {
+                true => sagas::approve_while(status, &self.approver).await,
+                false => std::future::pending().await,
+            }
+        };
+        let status = tokio::select! {
+            ended = ended => ended,
+            never = approving => match never {},
         };
         let Some(status) = status else {
             let _ = child.kill().await;
@@ -2019,9 +2161,11 @@ impl<'c> Round<'c> {
             .map_or(history.len(), |i| since + i + 1);
         let episode = &history[since..until];
         let (provider, stats) = match esc.tool.as_str() {
-            "charge" => ("payments", providers.payments().faults().stats()),
+            "charge" | "pay" | "refund" => ("payments", providers.payments().faults().stats()),
             "send_email" => ("email", providers.email().faults().stats()),
-            "open_ticket" => ("tickets", providers.tickets().faults().stats()),
+            "open_ticket" | "book_courier" | "cancel_courier" => {
+                ("tickets", providers.tickets().faults().stats())
+            }
             _ => ("wire", providers.wire().faults().stats()),
         };
         let mut charge_to_faults = |kinds: &[&str]| -> Result<(), String> {
@@ -2156,11 +2300,26 @@ impl<'c> Round<'c> {
                 }
             }
         }
-        let ours = |order: u64| self.orders.contains(&order);
+        let shipped: Vec<u64> = match self.sagas {
+            true => self.orders.iter().map(|&o| sagas::saga_order(o)).collect(),
+            false => Vec::new(),
+        };
+        let ours = |order: u64| self.orders.contains(&order) || shipped.contains(&order);
+        // The sagas' couriers and supplier wires, found by identity.
+        let of_sagas = |tool: &str| -> usize {
+            shipped
+                .iter()
+                .map(|&o| shop::saga_effects(providers, tool, o))
+                .sum()
+        };
         let strays = charges.iter().filter(|c| !ours(c.order_id)).count()
             + emails.len().saturating_sub(self.orders.len())
-            + tickets.len().saturating_sub(self.orders.len())
-            + wires.len().saturating_sub(self.orders.len());
+            + tickets
+                .len()
+                .saturating_sub(self.orders.len() + of_sagas("book_courier"))
+            + wires
+                .len()
+                .saturating_sub(self.orders.len() + of_sagas("pay_supplier"));
         if strays > 0 && problems.is_empty() {
             problems.push(format!("{strays} effects that belong to no order"));
         }
@@ -2203,7 +2362,7 @@ impl<'c> Round<'c> {
                 Vec::new()
             }
         };
-        for event in events {
+        for event in &events {
             match &event.kind {
                 EventKind::Committed { .. } => {
                     *commits
@@ -2239,6 +2398,21 @@ impl<'c> Round<'c> {
                 "{escalated} escalations in the audit stream but {resolved} resolutions"
             ));
         }
+        if self.sagas {
+            let approver = self
+                .approver
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            sagas::check(
+                &self.orders,
+                &self.prefix,
+                providers,
+                &events,
+                &approver,
+                summary,
+                &mut problems,
+            );
+        }
         match rt.stats().await {
             Ok(stats) => {
                 for s in stats.tools.values() {
@@ -2269,13 +2443,16 @@ impl<'c> Round<'c> {
         };
         // Each request here is an operation the journal did not know as
         // committed: counted as lost (and as duplicated if it lands twice).
-        let replay = Shop::with_hook(providers.addrs(), hook);
+        let replay = Arc::new(Shop::with_hook(providers.addrs(), hook));
         let before = ledger_sizes(providers);
         for &order in &self.orders {
             let ctx = rt.run(&root_run(&self.prefix, order));
             if let Err(stopped) = replay.process_order(&ctx, order, &mut |_| {}).await {
                 problems.push(format!("replaying order {order} failed: {stopped}"));
             }
+        }
+        if self.sagas {
+            sagas::replay(&rt, &self.orders, &self.prefix, &replay, &mut problems).await;
         }
         if self.config.power_cut_mode() {
             // The archives (large results, sled blob files): each call
@@ -2454,12 +2631,16 @@ fn create_synced(disk: &PowerCutFs, journal: &Path) -> Result<(), String> {
         .map_err(|e| format!("sync the new journal: {e}"))
 }
 
-fn ledger_sizes(p: &Providers) -> [usize; 4] {
+/// Every record of every provider's ledger, counted by kind: charges,
+/// emails, tickets, wires, refunds, cancellations.
+fn ledger_sizes(p: &Providers) -> [usize; 6] {
     [
         p.payments().ledger().len(),
         p.email().ledger().len(),
         p.tickets().ledger().len(),
         p.wire().ledger().len(),
+        p.refunds().len(),
+        p.cancellations().len(),
     ]
 }
 
@@ -2523,18 +2704,7 @@ fn decide(esc: &Escalation, providers: &Providers) -> Result<(Resolution, String
             .find(|c| {
                 c.idempotency_key.as_deref() == Some(&key) && c.outcome == ChargeOutcome::Succeeded
             })
-            .map(|c| {
-                serde_json::to_value(Charge {
-                    id: c.charge_id,
-                    amount: c.amount,
-                    currency: c.currency,
-                    order_id: c.order_id,
-                    customer: c.customer,
-                    status: "succeeded".into(),
-                    created_ms: c.at_ms,
-                    replayed: false,
-                })
-            })
+            .map(|c| serde_json::to_value(charge_of(c)))
             .transpose()
             .map_err(|e| e.to_string())?,
         "send_email" => providers
@@ -2553,19 +2723,63 @@ fn decide(esc: &Escalation, providers: &Providers) -> Result<(Resolution, String
             .map(serde_json::to_value)
             .transpose()
             .map_err(|e| e.to_string())?,
-        "refund_wire" => {
+        "refund_wire" | "pay_supplier" => {
             let order = esc.args["order_id"]
                 .as_u64()
                 .ok_or_else(|| format!("escalation without order_id: {}", esc.args))?;
+            let reference = match esc.tool.as_str() {
+                "refund_wire" => shop::wire_reference(order),
+                _ => shop::supplier_reference(order),
+            };
             providers
                 .wire()
                 .ledger()
                 .into_iter()
-                .find(|w| w.reference == shop::wire_reference(order))
+                .find(|w| w.reference == reference)
                 .map(serde_json::to_value)
                 .transpose()
                 .map_err(|e| e.to_string())?
         }
+        "pay" => providers
+            .payments()
+            .ledger()
+            .into_iter()
+            .find(|c| {
+                c.idempotency_key.as_deref() == Some(&key) && c.outcome == ChargeOutcome::Succeeded
+            })
+            .map(|c| serde_json::to_value(charge_of(c)))
+            .transpose()
+            .map_err(|e| e.to_string())?,
+        "refund" => providers
+            .refunds()
+            .into_iter()
+            .find(|r| r.idempotency_key.as_deref() == Some(&key))
+            .map(|r| {
+                serde_json::to_value(idem_testkit::Refund {
+                    id: r.refund_id,
+                    charge: r.charge_id,
+                    amount: r.amount,
+                    created_ms: r.at_ms,
+                    replayed: false,
+                })
+            })
+            .transpose()
+            .map_err(|e| e.to_string())?,
+        "book_courier" => providers
+            .tickets()
+            .ledger()
+            .into_iter()
+            .find(|t| t.external_ref == key)
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|e| e.to_string())?,
+        "cancel_courier" => providers
+            .cancellations()
+            .into_iter()
+            .find(|c| c.reference == key)
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|e| e.to_string())?,
         other => return Err(format!("escalation of an unknown tool {other}")),
     };
     Ok(match landed {
@@ -2578,6 +2792,20 @@ fn decide(esc: &Escalation, providers: &Providers) -> Result<(Resolution, String
             format!("{}: not in the provider's ledger after settling", esc.tool),
         ),
     })
+}
+
+/// The charge the payments provider answered for a record of its ledger.
+fn charge_of(c: idem_testkit::ChargeRecord) -> Charge {
+    Charge {
+        id: c.charge_id,
+        amount: c.amount,
+        currency: c.currency,
+        order_id: c.order_id,
+        customer: c.customer,
+        status: "succeeded".into(),
+        created_ms: c.at_ms,
+        replayed: false,
+    }
 }
 
 /// The fault mix of a chaos round. The wire gets no 429s or outages: an
