@@ -1607,10 +1607,10 @@ impl<'c> Round<'c> {
         summary.lost += acked;
         Err(format!(
             "REOPEN FAILURE after a power cut: {what}; the journal had acknowledged {} \
-             operations ({:?}) and {} resolutions",
+             operations ({:?}) and {} resolutions and approval decisions",
             self.acknowledged.len(),
             self.acknowledged,
-            self.resolutions
+            self.decisions()
         ))
     }
 
@@ -1718,6 +1718,9 @@ impl<'c> Round<'c> {
             let status = dir.path().join(format!("status-{incarnation}"));
             let stderr = dir.path().join(format!("stderr-{incarnation}"));
             let began = Instant::now();
+            // What the journal had acknowledged when this worker opened it
+            // (it acknowledges approval decisions while it runs).
+            let acked_before = self.acknowledged.len() as u64 + self.decisions();
             let (end, cut_now) = self
                 .incarnation(
                     worker,
@@ -1750,16 +1753,16 @@ impl<'c> Round<'c> {
                 // A journal that opens empty although it acknowledged
                 // operations before the cut forgot them: the silent re-run
                 // power loss must never cause.
-                let acked = self.acknowledged.len() as u64 + self.decisions();
+                let acked = acked_before;
                 if opened.and_then(audit_events) == Some(0) && acked > 0 {
                     summary.forgotten += 1;
                     summary.lost += acked;
                     return Err(format!(
                         "FORGOTTEN: after a power cut the journal opened with no audit event \
-                         although it had acknowledged {:?} and {} resolutions (incarnation \
-                         {incarnation}); incarnations: {}",
+                         although it had acknowledged {:?} and {} resolutions and approval \
+                         decisions (incarnation {incarnation}); incarnations: {}",
                         self.acknowledged,
-                        self.resolutions,
+                        self.decisions(),
                         history.join("; ")
                     ));
                 }
