@@ -285,9 +285,9 @@ pub use idem_runtime::{
     AuditEvent, BoxFuture, CallReport, Class, Classify, Clock, Ctx, DispatchError, Dispatched,
     Error, Escalation, EventKind, Failure, IdemKey, Journal, KeyEncoder, KeyPart, LandedCheck,
     ManualClock, OnDrift, Operation, Owner, PruneReport, Resolution, ResolutionView, RetryPolicy,
-    Runtime, RuntimeBuilder, Saga, Stats, Subscription, SubscriptionError, SystemClock,
-    ToolDescriptor, ToolError, ToolSchema, ToolSet, ToolStats, Toolbox, Verdict, KEY_VERSION,
-    MAX_ARGS_BYTES, MAX_NOTE_BYTES,
+    Runtime, RuntimeBuilder, Saga, SagaState, SagaStep, SagaView, Stats, Subscription,
+    SubscriptionError, SystemClock, ToolDescriptor, ToolError, ToolSchema, ToolSet, ToolStats,
+    Toolbox, Verdict, KEY_VERSION, MAX_ARGS_BYTES, MAX_NOTE_BYTES,
 };
 #[cfg(feature = "postgres")]
 pub use idem_runtime::{PostgresJournal, PostgresOptions};

@@ -465,3 +465,142 @@ async fn a_read_only_compensation_is_refused_before_it_runs() {
         "{e}"
     );
 }
+
+/// The saga of `view`'s list with this run (and scope), or a panic that
+/// shows the list.
+fn listed<'a>(list: &'a [idem::SagaView], run: &str, scope: &[&str]) -> &'a idem::SagaView {
+    list.iter()
+        .find(|s| s.root_run == run && s.scope == scope)
+        .unwrap_or_else(|| panic!("no saga of run {run} scope {scope:?} in {list:#?}"))
+}
+
+fn tools(steps: &[idem::SagaStep]) -> Vec<&str> {
+    steps.iter().map(|s| s.tool.as_str()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn operators_list_every_saga_with_where_it_stands_across_a_restart() {
+    use idem::SagaState;
+    let dir = tempfile::tempdir().unwrap();
+    let rt = Runtime::open(dir.path()).unwrap();
+    // Succeeded: nothing decided, so it lists as running.
+    let ok = shop(20);
+    order(&rt.run("order-20"), 20, &ok).await.unwrap();
+    // Rolled back.
+    let declined = shop(21);
+    declined.decline_shipping.store(true, Ordering::SeqCst);
+    let ctx21 = rt.run("order-21");
+    order(&ctx21, 21, &declined).await.unwrap_err();
+    // The same saga name in a scope of the same run: a saga of its own.
+    let scoped = shop(25);
+    order(&ctx21.scope("retry"), 25, &scoped).await.unwrap();
+    // A refund refused: escalated for good.
+    let refused = shop(22);
+    refused.decline_shipping.store(true, Ordering::SeqCst);
+    refused.refuse_refunds.store(true, Ordering::SeqCst);
+    order(&rt.run("order-22"), 22, &refused).await.unwrap_err();
+    // An at_most_once cancellation cut off: escalated for now.
+    let cut = shop(23);
+    cut.decline_shipping.store(true, Ordering::SeqCst);
+    cut.hang_cancel.store(true, Ordering::SeqCst);
+    let ctx23 = rt.run("order-23");
+    let hung = tokio::time::timeout(Duration::from_secs(5), order(&ctx23, 23, &cut)).await;
+    assert!(hung.is_err());
+    cut.hang_cancel.store(false, Ordering::SeqCst);
+    let for_now = order(&ctx23, 23, &cut).await.unwrap_err();
+    assert!(
+        matches!(for_now, ToolError::Escalated { .. }),
+        "{for_now:?}"
+    );
+
+    let check = |list: &[idem::SagaView]| {
+        assert_eq!(list.len(), 5, "{list:#?}");
+        let running = listed(list, "order-20", &[]);
+        assert_eq!(running.saga, "order");
+        assert_eq!(running.state, SagaState::Running, "{running:#?}");
+        assert!(running.reason.is_none() && running.steps.is_empty());
+        assert!(running.started_ms > 0 && running.decided_ms.is_none());
+
+        let done = listed(list, "order-21", &[]);
+        assert_eq!(done.state, SagaState::Compensated, "{done:#?}");
+        assert!(
+            done.reason.as_deref().unwrap().contains("no courier"),
+            "{done:#?}"
+        );
+        assert_eq!(tools(&done.steps), ["charge", "book"]);
+        assert_eq!(tools(&done.undone), ["book", "charge"], "last first");
+        assert!(done.escalation.is_none() && !done.for_good);
+        assert!(done.decided_ms.is_some() && done.ended_ms.is_some());
+        let other = listed(list, "order-21", &["retry"]);
+        assert_eq!(other.state, SagaState::Running, "{other:#?}");
+        assert_ne!(other.key, done.key, "two sagas, two keys");
+
+        let parked = listed(list, "order-22", &[]);
+        assert_eq!(parked.state, SagaState::Escalated, "{parked:#?}");
+        assert!(parked.for_good);
+        assert_eq!(tools(&parked.undone), ["book"]);
+        let evidence = parked.escalation.as_deref().unwrap();
+        assert!(evidence.contains("refunds are closed"), "{evidence}");
+        assert!(evidence.contains("left: charge "), "{evidence}");
+
+        let waiting = listed(list, "order-23", &[]);
+        assert_eq!(waiting.state, SagaState::Escalated, "{waiting:#?}");
+        assert!(!waiting.for_good, "escalated for now: {waiting:#?}");
+        assert!(
+            waiting
+                .escalation
+                .as_deref()
+                .unwrap()
+                .contains("resumes here"),
+            "{waiting:#?}"
+        );
+        assert_eq!(tools(&waiting.steps), ["charge", "book"]);
+    };
+    let list = rt.sagas().await.unwrap();
+    check(&list);
+    // The saga's key names the operation its audit events are about.
+    let events = rt.audit(0).await.unwrap();
+    let done = listed(&list, "order-21", &[]);
+    assert!(events.iter().any(|e| {
+        let about = e.key.as_deref().map(|k| idem::IdemKey::parse(k).unwrap());
+        about.is_some_and(|k| k.digest() == done.key.digest())
+            && matches!(e.kind, EventKind::Compensated { .. })
+    }));
+
+    // The records are the saga's own: the same list after a restart.
+    drop((ctx21, ctx23, rt));
+    let rt = Runtime::open(dir.path()).unwrap();
+    assert_eq!(rt.sagas().await.unwrap(), list);
+
+    // Settled, the escalation for now goes on to an end.
+    let open = rt.escalations().await.unwrap();
+    rt.resolve(&open[0].key, idem::Resolution::Reissue, "still booked")
+        .await
+        .unwrap();
+    order(&rt.run("order-23"), 23, &cut).await.unwrap_err();
+    let list = rt.sagas().await.unwrap();
+    let ended = listed(&list, "order-23", &[]);
+    assert_eq!(ended.state, SagaState::Compensated, "{ended:#?}");
+    assert_eq!(tools(&ended.undone), ["book", "charge"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_run_mark_written_without_a_scope_still_reads() {
+    // What an idem that stored `()` as a saga's first-run mark left.
+    let (_dir, rt) = runtime();
+    let shop = shop(24);
+    let ctx = rt.run("order-24");
+    ctx.step("idem.saga/order/started", async {
+        Ok::<_, std::convert::Infallible>(())
+    })
+    .await
+    .unwrap();
+    let list = rt.sagas().await.unwrap();
+    assert_eq!(list.len(), 1, "{list:#?}");
+    assert_eq!(list[0].state, idem::SagaState::Running);
+    // The saga runs on over it.
+    shop.decline_shipping.store(true, Ordering::SeqCst);
+    order(&ctx, 24, &shop).await.unwrap_err();
+    let list = rt.sagas().await.unwrap();
+    assert_eq!(list[0].state, idem::SagaState::Compensated, "{list:#?}");
+}

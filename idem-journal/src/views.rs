@@ -83,6 +83,138 @@ pub struct ApprovalView {
     pub via: Option<String>,
 }
 
+/// Where a saga stands ([`SagaView::state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SagaState {
+    /// Started, and no rollback decided: its body runs (or ran and
+    /// returned its value, or an error in doubt that leaves it open).
+    Running,
+    /// A rollback is decided and not finished: its compensations run, or
+    /// its next run goes on with them.
+    Compensating,
+    /// Rolled back: every completed step was undone.
+    Compensated,
+    /// A person must finish it: a compensation was refused, could not be
+    /// settled, or its step was not reached (see [`SagaView::escalation`]
+    /// and [`SagaView::for_good`]).
+    Escalated,
+}
+
+impl SagaState {
+    /// `running`, `compensating`, `compensated` or `escalated`.
+    pub fn label(self) -> &'static str {
+        match self {
+            SagaState::Running => "running",
+            SagaState::Compensating => "compensating",
+            SagaState::Compensated => "compensated",
+            SagaState::Escalated => "escalated",
+        }
+    }
+}
+
+impl std::fmt::Display for SagaState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// One completed compensable call of a saga.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SagaStep {
+    /// The tool that ran.
+    pub tool: String,
+    /// Its key (as `GET /v1/ops/{key}` and `idem show` take it).
+    pub key: String,
+}
+
+/// A saga (`Ctx::saga`) as the journal has it, for operators
+/// (`Runtime::sagas`, `GET /v1/sagas`, `idem sagas`, the inbox).
+///
+/// Read from the saga's own memoized steps (its start, its decision to
+/// roll back, its end), which survive restarts and do not depend on the
+/// audit stream; only an escalation *for now* (a compensation that cannot
+/// be settled yet, which stores no end) is learned from the saga's latest
+/// audit event, see [`SagaView::for_good`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SagaView {
+    /// The saga's name, as given to `Ctx::saga`.
+    pub saga: String,
+    /// The saga's key, as `ToolError::Escalated` and `InFlight` give it
+    /// to the saga's caller. Its audit events are about the same
+    /// operation (the same digest) under the saga's tool name, so there
+    /// it reads `saga_NAME-…`.
+    pub key: IdemKey,
+    /// The root run.
+    pub root_run: String,
+    /// The scope path under the root run.
+    pub scope: Vec<String>,
+    /// Where it stands.
+    pub state: SagaState,
+    /// Why it is rolled back (the decision's reason), once a rollback is
+    /// decided.
+    pub reason: Option<String>,
+    /// For an escalated saga, the evidence: what ran, what was undone,
+    /// what is left and why it stopped.
+    pub escalation: Option<String>,
+    /// For an escalated saga: `true` when it ended escalated (its runs
+    /// return the same escalation, a person undoes what is left by hand);
+    /// `false` when it escalated *for now*, because a compensation cannot
+    /// be settled yet (settle the compensation's own escalation; the
+    /// saga's next run resumes the rollback there). `false` in every other
+    /// state.
+    pub for_good: bool,
+    /// The completed compensable steps the rollback undoes, in the order
+    /// they ran (the decision's steps); empty before a decision.
+    pub steps: Vec<SagaStep>,
+    /// The steps undone, in the order their compensations ran, once the
+    /// saga ended (an escalation for now names them in its evidence only).
+    pub undone: Vec<SagaStep>,
+    /// When it first started (ms since the epoch; 0 if that record was
+    /// pruned).
+    pub started_ms: u64,
+    /// When the rollback was decided (ms since the epoch).
+    pub decided_ms: Option<u64>,
+    /// When it ended, compensated or escalated for good, or when it last
+    /// escalated for now (ms since the epoch).
+    pub ended_ms: Option<u64>,
+}
+
+impl SagaView {
+    /// A saga that started at `started_ms` and has decided nothing yet
+    /// (`running`); the runtime fills in the rest from its records.
+    pub fn new(
+        saga: String,
+        key: IdemKey,
+        root_run: String,
+        scope: Vec<String>,
+        started_ms: u64,
+    ) -> SagaView {
+        SagaView {
+            saga,
+            key,
+            root_run,
+            scope,
+            state: SagaState::Running,
+            reason: None,
+            escalation: None,
+            for_good: false,
+            steps: Vec::new(),
+            undone: Vec::new(),
+            started_ms,
+            decided_ms: None,
+            ended_ms: None,
+        }
+    }
+
+    /// When it last changed (ms since the epoch): its end, else its
+    /// decision, else its start.
+    pub fn updated_ms(&self) -> u64 {
+        self.ended_ms.or(self.decided_ms).unwrap_or(self.started_ms)
+    }
+}
+
 /// An operator's answer to an [`Escalation`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Resolution {

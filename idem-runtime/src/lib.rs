@@ -54,6 +54,7 @@ pub use idem_journal::error::Error;
 pub use idem_journal::key::IdemKey;
 pub use idem_journal::views::{
     Approval, ApprovalView, Escalation, Operation, PruneReport, Resolution, ResolutionView,
+    SagaState, SagaStep, SagaView,
 };
 pub use journal::{Journal, Owner};
 #[cfg(feature = "postgres")]

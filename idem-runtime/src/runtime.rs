@@ -22,7 +22,7 @@ use idem_journal::key::IdemKey;
 use idem_journal::record::{self, Blob, Kind, OpRecord, State, StepRecord};
 use idem_journal::views::{
     approval_of, escalation_of, operation_of, Approval, Escalation, Operation, PruneReport,
-    Resolution,
+    Resolution, SagaView,
 };
 
 /// The longest note an operator's resolution may carry (bytes of UTF-8):
@@ -151,6 +151,27 @@ impl Runtime {
         }
         out.sort_by_key(|a| a.requested_ms);
         Ok(out)
+    }
+
+    /// Every saga ([`Ctx::saga`]) the journal holds a record of, oldest
+    /// start first: running, compensating (a rollback decided and not
+    /// finished), compensated, or escalated, with why it rolls back, the
+    /// steps it undoes, what was undone and when.
+    ///
+    /// Read from the sagas' own memoized steps (their start, decision and
+    /// end), so the list survives restarts and does not depend on the
+    /// audit stream, on every journal (sled and PostgreSQL alike), with
+    /// one exception: a saga escalated *for now* (a compensation that
+    /// cannot be settled yet stores no end) is told by its latest audit
+    /// event; once that event is pruned, it lists as `compensating`. Its
+    /// records are pruned with other memoized steps once older than the
+    /// retention ([`Runtime::prune`]), and it is no longer listed. The
+    /// listing reads every memoized step of the journal, as a prune does:
+    /// an operator's page, not something to poll in a loop. A saga started
+    /// by a build of idem that did not record its scope is listed only if
+    /// it ran at its run's root scope.
+    pub async fn sagas(&self) -> Result<Vec<SagaView>, Error> {
+        crate::saga::list::sagas(self).await
     }
 
     /// Approves a call awaiting approval: the next call of its key (or the

@@ -28,6 +28,7 @@ use crate::machine::saga::{
     Action, BodyEnd, Decision, End, Input, Outcome, Run, SagaEvent, StepRef, Undo,
 };
 
+pub(crate) mod list;
 pub(crate) mod log;
 
 use log::Done;
@@ -199,15 +200,41 @@ pub fn undone<U, E: Classify + Debug>(result: Result<U, ToolError<E>>) -> Undone
 
 /// Names of the saga's memoized values.
 fn decision_step(name: &str) -> String {
-    format!("idem.saga/{name}/decision")
+    format!("{STEP_PREFIX}{name}/decision")
 }
 
 fn end_step(name: &str) -> String {
-    format!("idem.saga/{name}/end")
+    format!("{STEP_PREFIX}{name}/end")
 }
 
 fn started_step(name: &str) -> String {
-    format!("idem.saga/{name}/started")
+    format!("{STEP_PREFIX}{name}/started")
+}
+
+/// What every saga's memoized values are named after.
+const STEP_PREFIX: &str = "idem.saga/";
+
+/// The saga's name, if `step` is the name of a saga's first-run mark.
+fn started_saga(step: &str) -> Option<&str> {
+    step.strip_prefix(STEP_PREFIX)?.strip_suffix("/started")
+}
+
+/// The key of saga `name` under `ctx`'s run and scope (its audit events
+/// carry it).
+fn saga_key(ctx: &Ctx, name: &str) -> IdemKey {
+    KeyBuilder::new(ctx.prefix(), "idem.saga")
+        .field(name)
+        .finish()
+}
+
+/// What a saga's first-run mark stores: where it runs, so that an operator's
+/// listing ([`list`]) finds its decision and end (whose keys derive from the
+/// scope, which no step record holds). Stored as `Option<Mark>`: a mark
+/// written before it carried one (`()`) reads as `None`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+struct Mark {
+    /// The scope path under the root run.
+    scope: Vec<String>,
 }
 
 impl Ctx {
@@ -241,9 +268,7 @@ impl Ctx {
         F: FnOnce(Saga) -> Fut,
         Fut: Future<Output = Result<T, ToolError<E>>>,
     {
-        let key = KeyBuilder::new(self.prefix(), "idem.saga")
-            .field(name)
-            .finish();
+        let key = saga_key(self, name);
         let run = SagaRun {
             ctx: self,
             name,
@@ -284,14 +309,17 @@ impl Ctx {
                 }
                 Action::MarkStarted => {
                     let mut first = false;
+                    let mark = Mark {
+                        scope: self.scope_path().map(str::to_string).collect(),
+                    };
                     let marked = self
                         .step(&started_step(name), async {
                             first = true;
-                            Ok::<_, std::convert::Infallible>(())
+                            Ok::<_, std::convert::Infallible>(Some(mark))
                         })
                         .await;
                     match marked {
-                        Ok(()) => Input::Started { first },
+                        Ok(_) => Input::Started { first },
                         Err(e) => {
                             fault = Some(journal_only(e));
                             Input::JournalFailed
@@ -447,7 +475,7 @@ impl SagaRun<'_> {
                 saga: self.name.to_string(),
                 reason,
             },
-            End::Escalated { reason } => ToolError::Escalated {
+            End::Escalated { reason, .. } => ToolError::Escalated {
                 key: self.key.clone(),
                 reason,
             },
@@ -488,9 +516,8 @@ impl SagaRun<'_> {
                 reason,
                 undone: undone.iter().map(ToString::to_string).collect(),
             },
-            SagaEvent::Ended(End::Escalated { reason }) | SagaEvent::EscalatedForNow(reason) => {
-                EventKind::SagaEscalated { saga, reason }
-            }
+            SagaEvent::Ended(End::Escalated { reason, .. })
+            | SagaEvent::EscalatedForNow(reason) => EventKind::SagaEscalated { saga, reason },
         }
     }
 

@@ -41,7 +41,7 @@ fn step_tool(name: &str) -> String {
 }
 
 /// The key of step `name` under `ctx`'s run and scope.
-fn step_key(ctx: &Ctx, name: &str) -> idem_journal::key::IdemKey {
+pub(crate) fn step_key(ctx: &Ctx, name: &str) -> idem_journal::key::IdemKey {
     KeyBuilder::new(ctx.prefix(), "idem.step")
         .field(name)
         .finish()
@@ -57,11 +57,16 @@ pub(crate) async fn peek<T: DeserializeOwned>(ctx: &Ctx, name: &str) -> Result<O
         return Ok(None);
     };
     let rec = record::decode::<StepRecord>(Kind::Step, &loaded.body, journal.location(), digest)?;
-    match rec.state {
+    value_of(&rec)
+}
+
+/// The value a step record holds, decoded (`None` while the step runs).
+pub(crate) fn value_of<T: DeserializeOwned>(rec: &StepRecord) -> Result<Option<T>, Error> {
+    match &rec.state {
         idem_journal::record::StepState::Done { value } => codec::decode(&value.0)
             .map(Some)
             .map_err(|detail| Error::Result {
-                key: step_tool(name),
+                key: step_tool(&rec.name),
                 op: "decoded",
                 detail,
             }),

@@ -61,6 +61,11 @@ pub enum End {
     Escalated {
         /// What ran, what was undone, what is left and why it stopped.
         reason: String,
+        /// The steps undone before it stopped, in the order their
+        /// compensations ran (for operators' views; an end stored before
+        /// idem kept them reads as none).
+        #[serde(default)]
+        undone: Vec<StepRef>,
     },
 }
 
@@ -509,7 +514,11 @@ impl Run {
 
     fn escalate(&mut self, why: String) -> Action {
         let reason = self.evidence(&why);
-        self.go(Phase::Ending, Action::StoreEnd(End::Escalated { reason }))
+        let undone = self.undone.clone();
+        self.go(
+            Phase::Ending,
+            Action::StoreEnd(End::Escalated { reason, undone }),
+        )
     }
 
     fn reason(&self) -> String {

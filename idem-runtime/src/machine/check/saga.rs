@@ -513,7 +513,7 @@ impl World {
                  every decided step"
                     .into(),
             )),
-            Some(End::Escalated { reason }) => {
+            Some(End::Escalated { reason, .. }) => {
                 let listed = reason.split("left: ").nth(1).unwrap_or("");
                 if let Some(i) = left.iter().find(|i| !listed.contains(&format!("k{i}"))) {
                     return Err(Violation(format!(
