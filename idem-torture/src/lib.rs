@@ -21,11 +21,19 @@
 //!   the n-th request went out (INTENT durable, nothing sent);
 //! - left alone, so rounds end.
 //!
+//! In the single-worker modes every order is first shipped as the shop's
+//! saga (`sagas.rs`): a courier, a charge and a supplier payment that
+//! needs a person's approval above 30 EUR; the supplier's bank refuses odd
+//! orders and the harness's operator rejects some approvals, through the
+//! worker's admin API while workers die, so that about half of the sagas
+//! roll back (refund, cancellation).
+//!
 //! Coverage is planned, not left to chance: the first fault-free round
-//! after the span is measured starts with a chain of eight incarnations,
+//! after the span is measured starts with a chain of eighteen incarnations,
 //! each running one order at a time and dying at the first occurrence of
-//! the next instrumented point in workflow order (`charge:sending`,
-//! `charge:landed`, ..., `refund_wire:landed`). Each is certain to be
+//! the next instrumented point in workflow order (`book_courier:sending`,
+//! ..., `cancel_courier:landed`, `charge:sending`, `charge:landed`, ...,
+//! `refund_wire:landed`; the multi-worker mode has no chain and no saga). Each is certain to be
 //! reached, since the incarnation before died at the previous point,
 //! before any order got past this one; a point not reached all the same (a violation stopped
 //! the round) is planned again, and rounds go on past the kill target
