@@ -8,7 +8,7 @@ use std::pin::Pin;
 use idem_journal::audit::{AuditEvent, Stats};
 use idem_journal::error::Error;
 use idem_journal::key::IdemKey;
-use idem_journal::views::{Approval, Escalation, Operation, PruneReport, Resolution};
+use idem_journal::views::{Approval, Escalation, Operation, PruneReport, Resolution, SagaView};
 
 use crate::wire::ToolInfo;
 
@@ -49,6 +49,12 @@ pub trait Operator: Send + Sync + 'static {
     /// Every call awaiting a person's approval, oldest request first
     /// (none, for an operator without approvals).
     fn approvals(&self) -> BoxFuture<'_, Result<Vec<Approval>, Error>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Every saga the journal has a record of, oldest start first (none,
+    /// for an operator without sagas).
+    fn sagas(&self) -> BoxFuture<'_, Result<Vec<SagaView>, Error>> {
         Box::pin(async { Ok(Vec::new()) })
     }
 

@@ -165,6 +165,10 @@ impl App {
                 Ok(list) => json(StatusCode::OK, &list),
                 Err(e) => runtime_error(&e),
             },
+            (["sagas"], &Method::GET) => match rt.sagas().await {
+                Ok(list) => json(StatusCode::OK, &list),
+                Err(e) => runtime_error(&e),
+            },
             (["ops", key, verb @ ("approve" | "reject")], &Method::POST) => match parse_key(key) {
                 Ok(key) => decide(rt, &key, *verb == "approve", req).await,
                 Err(answer) => answer,
@@ -191,7 +195,13 @@ impl App {
                 Err(e) => runtime_error(&e),
             },
             (
-                ["tools"] | ["escalations"] | ["approvals"] | ["ops", _] | ["audit"] | ["stats"],
+                ["tools"]
+                | ["escalations"]
+                | ["approvals"]
+                | ["sagas"]
+                | ["ops", _]
+                | ["audit"]
+                | ["stats"],
                 _,
             ) => method_not_allowed("GET"),
             (["ops", _, "resolve" | "approve" | "reject"] | ["prune"], _) => {
@@ -631,7 +641,7 @@ fn not_found(path: &str) -> Answer {
         "not_found",
         &format!(
             "no route {path:?}: the API has /v1/tools, /v1/escalations, /v1/approvals, \
-             /v1/ops/KEY, /v1/ops/KEY/resolve, /v1/ops/KEY/approve, /v1/ops/KEY/reject, \
+             /v1/sagas, /v1/ops/KEY, /v1/ops/KEY/resolve, /v1/ops/KEY/approve, /v1/ops/KEY/reject, \
              /v1/audit, /v1/stats, /v1/prune, /metrics and /healthz"
         ),
     )

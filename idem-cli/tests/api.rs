@@ -111,6 +111,7 @@ async fn every_route_but_healthz_and_the_page_needs_the_token() {
     let routes = [
         ("GET", "/v1/tools".to_string()),
         ("GET", "/v1/escalations".to_string()),
+        ("GET", "/v1/sagas".to_string()),
         ("GET", format!("/v1/ops/{key}")),
         ("POST", format!("/v1/ops/{key}/resolve")),
         ("GET", "/v1/audit?from=0".to_string()),

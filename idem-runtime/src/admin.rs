@@ -28,6 +28,7 @@
 //! | `GET /v1/approvals` | every call awaiting a person's approval, oldest first ([`Approval`](crate::Approval)) |
 //! | `POST /v1/ops/{key}/approve` | approves it through [`Runtime::approve`](crate::Runtime::approve) ([`DecisionRequest`] in, [`Decided`] out) |
 //! | `POST /v1/ops/{key}/reject` | refuses it through [`Runtime::reject`](crate::Runtime::reject) (same shapes; the note is what the agent reads) |
+//! | `GET /v1/sagas` | every saga the journal holds, oldest start first ([`SagaView`](crate::SagaView)): running, compensating, compensated or escalated, with why, the steps undone and what is left (see [`Runtime::sagas`](crate::Runtime::sagas)) |
 //! | `GET /v1/audit?from=N` | the durable audit stream from `N` (or `end`) as JSON lines; `&limit=M` stops after `M`; `&follow=true` keeps streaming events as they become durable |
 //! | `POST /v1/prune` | [`Runtime::prune`](crate::Runtime::prune) ([`PruneView`]) |
 //! | `GET /v1/stats` | per-tool counts and the journal's size ([`StatsView`]) |
@@ -198,6 +199,10 @@ impl Operator for Served {
 
     fn approvals(&self) -> BoxFuture<'_, Result<Vec<idem_journal::views::Approval>, Error>> {
         Box::pin(async move { self.rt()?.approvals().await })
+    }
+
+    fn sagas(&self) -> BoxFuture<'_, Result<Vec<idem_journal::views::SagaView>, Error>> {
+        Box::pin(async move { self.rt()?.sagas().await })
     }
 
     fn decide<'a>(
