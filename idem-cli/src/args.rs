@@ -122,6 +122,9 @@ pub enum Command {
         #[arg(long, value_name = "TEXT")]
         note: String,
     },
+    /// Sagas: running, compensating, compensated or escalated, with why,
+    /// the steps undone and what is left.
+    Sagas,
     /// The audit stream (JSON lines with --json).
     Audit {
         /// Start at this sequence number, or `end` for only what comes next.

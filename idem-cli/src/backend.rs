@@ -8,7 +8,7 @@ use idem_runtime::admin::{
     workers, AddressFile, Decided, DecisionRequest, OperationView, PruneView, ResolveRequest,
     Resolved, StatsView, ToolInfo,
 };
-use idem_runtime::{Approval, AuditEvent, Escalation, IdemKey, Runtime};
+use idem_runtime::{Approval, AuditEvent, Escalation, IdemKey, Runtime, SagaView};
 
 use crate::client::Client;
 use crate::error::{exit, CliError};
@@ -279,6 +279,16 @@ impl Backend {
             Backend::Remote(c) => c.approvals().await,
             Backend::Local { rt, .. } | Backend::Postgres { rt, .. } => {
                 rt.approvals().await.map_err(|e| CliError::runtime(&e))
+            }
+        }
+    }
+
+    /// Every saga the journal holds, oldest start first.
+    pub async fn sagas(&self) -> Result<Vec<SagaView>, CliError> {
+        match self {
+            Backend::Remote(c) => c.sagas().await,
+            Backend::Local { rt, .. } | Backend::Postgres { rt, .. } => {
+                rt.sagas().await.map_err(|e| CliError::runtime(&e))
             }
         }
     }

@@ -7,7 +7,7 @@ use idem_runtime::admin::{
     proof, ApiError, Decided, DecisionRequest, OperationView, PruneView, ResolveRequest, Resolved,
     StatsView, ToolInfo,
 };
-use idem_runtime::{Approval, AuditEvent, Escalation};
+use idem_runtime::{Approval, AuditEvent, Escalation, SagaView};
 use serde::de::DeserializeOwned;
 
 use crate::error::{exit, CliError};
@@ -147,6 +147,11 @@ impl Client {
     /// `GET /v1/approvals`.
     pub async fn approvals(&self) -> Result<Vec<Approval>, CliError> {
         self.get("/v1/approvals").await
+    }
+
+    /// `GET /v1/sagas`.
+    pub async fn sagas(&self) -> Result<Vec<SagaView>, CliError> {
+        self.get("/v1/sagas").await
     }
 
     /// `POST /v1/ops/{key}/approve` (or `/reject`).

@@ -236,6 +236,14 @@ async fn commands(
                 print(&render::approvals(&list, render::now_ms()))
             }
         }
+        Command::Sagas => {
+            let list = backend.sagas().await?;
+            if json {
+                print(&as_json(&list))
+            } else {
+                print(&render::sagas(&list, render::now_ms()))
+            }
+        }
         command @ (Command::Approve { .. } | Command::Reject { .. }) => {
             let (approved, key, note) = match command {
                 Command::Approve { key, note } => (true, key, note),

@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use idem_runtime::admin::{Decided, OperationView, PruneView, Resolved, StatsView, ToolInfo};
-use idem_runtime::{Approval, AuditEvent, Escalation, EventKind};
+use idem_runtime::{Approval, AuditEvent, Escalation, EventKind, SagaState, SagaStep, SagaView};
 
 /// Tools as a journal opened directly knows them: only by name.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -625,6 +625,128 @@ pub fn approvals(list: &[Approval], now_ms: u64) -> String {
     out
 }
 
+/// `idem sagas`: a table of every saga (oldest start first), then the
+/// evidence of those that need a look (escalated, compensating).
+pub fn sagas(list: &[SagaView], now_ms: u64) -> String {
+    let mut out = String::new();
+    if list.is_empty() {
+        out.push_str("no sagas: the journal holds no saga's record\n");
+        return out;
+    }
+    let count = |state: SagaState| list.iter().filter(|s| s.state == state).count();
+    let _ = writeln!(
+        out,
+        "{} saga{} (oldest start first): {} escalated, {} compensating, {} compensated, {} running",
+        list.len(),
+        if list.len() == 1 { "" } else { "s" },
+        count(SagaState::Escalated),
+        count(SagaState::Compensating),
+        count(SagaState::Compensated),
+        count(SagaState::Running),
+    );
+    let name_width = width(list.iter().map(|s| s.saga.as_str()), 4);
+    let runs: Vec<String> = list.iter().map(|s| run(&s.root_run, &s.scope)).collect();
+    let run_width = runs
+        .iter()
+        .map(|r| r.chars().count())
+        .max()
+        .unwrap_or(3)
+        .max(3);
+    out.push('\n');
+    let _ = writeln!(
+        out,
+        "{:<12}  {:<name_width$}  {:<run_width$}  {:<24}  UPDATED",
+        "STATE", "SAGA", "RUN", "STARTED"
+    );
+    for (s, r) in list.iter().zip(&runs) {
+        let _ = writeln!(
+            out,
+            "{:<12}  {:<name_width$}  {:<run_width$}  {:<24}  {}",
+            state(s),
+            escape(&s.saga),
+            r,
+            time(s.started_ms),
+            ago(s.updated_ms(), now_ms),
+        );
+    }
+    for s in list
+        .iter()
+        .filter(|s| matches!(s.state, SagaState::Escalated | SagaState::Compensating))
+    {
+        out.push('\n');
+        out.push_str(&saga(s, now_ms));
+    }
+    if count(SagaState::Escalated) > 0 {
+        out.push_str(
+            "\nESCALATED: for good, undo what is left by hand (see `left:`); ESCALATED*: for now, \
+             settle the compensation's own escalation (`idem escalations`) and the saga's next \
+             run resumes\n",
+        );
+    }
+    out
+}
+
+/// `ESCALATED` for good, `ESCALATED*` for now, else the state's word.
+fn state(s: &SagaView) -> &'static str {
+    match (s.state, s.for_good) {
+        (SagaState::Escalated, true) => "ESCALATED",
+        (SagaState::Escalated, false) => "ESCALATED*",
+        (state, _) => state.label(),
+    }
+}
+
+/// One saga's evidence.
+pub fn saga(s: &SagaView, now_ms: u64) -> String {
+    let mut out = String::new();
+    let how = match (s.state, s.for_good) {
+        (SagaState::Escalated, true) => "escalated for good: a person must finish it",
+        (SagaState::Escalated, false) => {
+            "escalated for now: a compensation cannot be settled yet; its next run resumes"
+        }
+        (SagaState::Compensating, _) => "compensating: a rollback is decided and not finished",
+        (SagaState::Compensated, _) => "compensated: every completed step was undone",
+        (SagaState::Running, _) => "running: no rollback decided",
+    };
+    let _ = writeln!(out, "saga {} ({how})", escape(&s.saga));
+    let _ = writeln!(out, "  key          {}", escape(s.key.as_str()));
+    let _ = writeln!(out, "  run          {}", run(&s.root_run, &s.scope));
+    let _ = writeln!(
+        out,
+        "  reason       {}",
+        escape(s.reason.as_deref().unwrap_or("-"))
+    );
+    let _ = writeln!(out, "  steps        {}", step_list(&s.steps));
+    let _ = writeln!(out, "  undone       {}", step_list(&s.undone));
+    if let Some(evidence) = &s.escalation {
+        let _ = writeln!(out, "  escalation   {}", escape(evidence));
+    }
+    let _ = writeln!(
+        out,
+        "  started      {} ({})",
+        time(s.started_ms),
+        ago(s.started_ms, now_ms)
+    );
+    if let Some(at) = s.decided_ms {
+        let _ = writeln!(out, "  decided      {}", time(at));
+    }
+    if let Some(at) = s.ended_ms {
+        let _ = writeln!(out, "  ended        {} ({})", time(at), ago(at, now_ms));
+    }
+    out
+}
+
+/// `charge KEY, book KEY`, escaped; `-` for none.
+fn step_list(steps: &[SagaStep]) -> String {
+    if steps.is_empty() {
+        return "-".into();
+    }
+    steps
+        .iter()
+        .map(|s| format!("{} {}", escape(&s.tool), escape(&s.key)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `idem approve` / `idem reject`.
 pub fn decided(d: &Decided) -> String {
     let approved = d.decision == "approved";
@@ -842,6 +964,22 @@ mod tests {
             created: true,
         };
         assert_safe("migrate", &migrated(&done));
+
+        let step = serde_json::json!({ "tool": HOSTILE, "key": HOSTILE });
+        for (state, for_good) in [
+            ("escalated", true),
+            ("escalated", false),
+            ("compensating", false),
+        ] {
+            let saga: SagaView = serde_json::from_value(serde_json::json!({
+                "saga": HOSTILE, "key": key(), "root_run": HOSTILE, "scope": [HOSTILE],
+                "state": state, "reason": HOSTILE, "escalation": HOSTILE, "for_good": for_good,
+                "steps": [step], "undone": [step], "started_ms": 1, "decided_ms": 2,
+                "ended_ms": 3,
+            }))
+            .unwrap();
+            assert_safe(&format!("sagas {state}"), &sagas(&[saga], 4));
+        }
 
         let e = crate::CliError::new(1, "unknown_key", HOSTILE).hint(HOSTILE);
         let printed = error(&e);
