@@ -1,6 +1,7 @@
 //! The inbox: one static page (HTML, a script and a style sheet, no build
 //! step) served at `/`, listing the calls awaiting approval (approve or
-//! reject, with a note) and the escalations (resolve). It holds no data;
+//! reject, with a note), the escalations (resolve) and the sagas (read
+//! only: where each stands, escalated ones first). It holds no data;
 //! everything it shows it fetches from the API with the operator's token.
 
 use hyper::header::{self, HeaderValue};

@@ -1,5 +1,5 @@
-// The operator inbox: calls waiting for a person's approval, and
-// escalations. Everything shown comes from the admin API of the process
+// The operator inbox: calls waiting for a person's approval, escalations,
+// and sagas. Everything shown comes from the admin API of the process
 // that served this page; tool arguments, reasons, notes and provider errors
 // are data, never markup: the page only ever sets textContent.
 "use strict";
@@ -357,6 +357,91 @@ function renderApprovalsSummary() {
       "or reject with a note the agent reads.";
 }
 
+// ---- sagas -------------------------------------------------------------------
+
+// Escalated sagas first (they need a person), then those compensating, then
+// the rest by their latest change; at most SAGAS_SHOWN of the rest.
+const SAGA_ORDER = { escalated: 0, compensating: 1, compensated: 2, running: 3 };
+const SAGAS_SHOWN = 50;
+
+function sagaUpdated(g) {
+  return g.ended_ms || g.decided_ms || g.started_ms || 0;
+}
+
+function fillSteps(list, steps) {
+  if (!steps || steps.length === 0) {
+    const li = document.createElement("li");
+    li.textContent = "-";
+    list.append(li);
+    list.classList.add("empty");
+    return;
+  }
+  for (const step of steps) {
+    const li = document.createElement("li");
+    li.textContent = step.tool + " " + step.key;
+    list.append(li);
+  }
+}
+
+function sagaAdvice(g) {
+  switch (g.state) {
+    case "escalated":
+      return g.for_good
+        ? "Escalated for good: a compensation was refused or could not run. Undo what is left by hand (the escalation names it)."
+        : "Escalated for now: a compensation cannot be settled yet. Settle its own escalation above; the saga's next run resumes the rollback.";
+    case "compensating":
+      return "Compensating: a rollback is decided; its compensations run, or its next run goes on with them.";
+    case "compensated":
+      return "Compensated: every completed step was undone.";
+    default:
+      return "Running: no rollback decided (or it finished with its value).";
+  }
+}
+
+function newSagaCard(g) {
+  const li = $("#saga-card").content.firstElementChild.cloneNode(true);
+  li.dataset.key = g.key;
+  li.dataset.state = g.state;
+  li.classList.add(g.state);
+  if (g.state === "escalated" && g.for_good) li.classList.add("for-good");
+  text($(".name", li), g.saga);
+  text($(".state", li), g.state === "escalated" && !g.for_good ? "escalated for now" : g.state);
+  text($(".key", li), g.key);
+  text($(".advice", li), sagaAdvice(g));
+  const scope = g.scope && g.scope.length ? " / " + g.scope.join("/") : "";
+  text($(".run", li), g.root_run + scope);
+  text($(".reason", li), g.reason);
+  fillSteps($(".steps", li), g.steps);
+  fillSteps($(".undone", li), g.undone);
+  text($(".escalation", li), g.escalation);
+  text($(".started", li), fmtTime(g.started_ms));
+  text($(".decided", li), fmtTime(g.decided_ms));
+  text($(".ended", li), fmtTime(g.ended_ms));
+  text($(".when", li), "updated " + fmtAgo(sagaUpdated(g)));
+  return li;
+}
+
+// Sagas take no answer in the page: the list is rebuilt on every refresh.
+function renderSagas(sagas) {
+  const sorted = sagas.slice().sort((a, b) =>
+    (SAGA_ORDER[a.state] ?? 4) - (SAGA_ORDER[b.state] ?? 4) || sagaUpdated(b) - sagaUpdated(a));
+  const urgent = sorted.filter((g) => g.state === "escalated" || g.state === "compensating");
+  const rest = sorted.filter((g) => g.state !== "escalated" && g.state !== "compensating");
+  const shown = urgent.concat(rest.slice(0, SAGAS_SHOWN));
+  $("#sagas").replaceChildren(...shown.map(newSagaCard));
+  const count = (state) => sagas.filter((g) => g.state === state).length;
+  let summary = sagas.length === 0
+    ? "No sagas."
+    : sagas.length + (sagas.length === 1 ? " saga: " : " sagas: ") + count("escalated") +
+      " escalated, " + count("compensating") + " compensating, " + count("compensated") +
+      " compensated, " + count("running") + " running. Escalated ones first.";
+  if (rest.length > SAGAS_SHOWN) {
+    summary += " Showing the " + SAGAS_SHOWN + " latest of the " + rest.length +
+      " others (idem sagas lists them all).";
+  }
+  $("#sagas-summary").textContent = summary;
+}
+
 // ---- refresh ---------------------------------------------------------------
 
 async function refresh() {
@@ -368,18 +453,21 @@ async function refresh() {
   state.refreshing = (async () => {
     do {
       state.refreshAgain = false;
-      const [tools, escalations, approvals] = await Promise.all(
-        [api("/v1/tools"), api("/v1/escalations"), api("/v1/approvals")]);
+      const [tools, escalations, approvals, sagas] = await Promise.all(
+        [api("/v1/tools"), api("/v1/escalations"), api("/v1/approvals"), api("/v1/sagas")]);
       state.tools = new Map(tools.map((t) => [t.name, t]));
       renderApprovals(approvals);
       render(escalations);
+      renderSagas(sagas);
       showBanner("");
     } while (state.refreshAgain);
   })();
   try {
     await state.refreshing;
   } catch (e) {
-    if (e.status !== 401) showBanner("Could not load the approvals and escalations: " + e.message);
+    if (e.status !== 401) {
+      showBanner("Could not load the approvals, escalations and sagas: " + e.message);
+    }
   } finally {
     state.refreshing = null;
   }
@@ -388,7 +476,8 @@ async function refresh() {
 // ---- the audit stream ------------------------------------------------------
 
 const WAKE = new Set(["escalated", "resolved", "amended", "committed", "intent", "recovered",
-  "approval_requested", "approved", "not_approved"]);
+  "approval_requested", "approved", "not_approved",
+  "saga_started", "compensating", "compensated", "saga_escalated"]);
 
 async function follow() {
   if (!state.token) return;
