@@ -3,6 +3,8 @@
 //! database: a throwaway server started by the test (`idem_testkit::pg`),
 //! one database per test.
 
+#[path = "support/sagas.rs"]
+mod sagas;
 mod support;
 
 use std::time::Duration;
@@ -599,4 +601,77 @@ async fn migrate_creates_the_tables_once_and_only_for_postgres() {
 /// The whole stdout of a `--json` run, as one JSON value.
 fn json_lines_of(run: &Run) -> serde_json::Value {
     serde_json::from_str(run.ok()).unwrap_or_else(|e| panic!("{e}: {run:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sagas_of_a_shared_postgres_journal_are_listed_by_the_runtime_and_the_cli() {
+    use idem::SagaState;
+    let url = PgServer::shared().create_database().unwrap();
+    let rt = Runtime::builder()
+        .postgres(&url)
+        .worker_id("worker-1")
+        .connect()
+        .await
+        .unwrap();
+    // Compensated; escalated for good; the same saga in a scope, running;
+    // escalated for now (its cancellation awaits a person's approval).
+    let ctx = rt.run("trip-1");
+    sagas::trip(&ctx, 1, true, Some("the flight was cancelled"))
+        .await
+        .unwrap_err();
+    sagas::trip(&ctx.scope("rebooked"), 5, true, None)
+        .await
+        .unwrap();
+    sagas::trip(&rt.run("trip-2"), 2, false, Some("no visa"))
+        .await
+        .unwrap_err();
+    let for_now = sagas::suite(&rt.run("trip-4"), 4).await.unwrap_err();
+    assert!(
+        matches!(for_now, ToolError::Escalated { .. }),
+        "{for_now:?}"
+    );
+
+    let list = rt.sagas().await.unwrap();
+    let of = |run: &str, scope: &[&str]| {
+        list.iter()
+            .find(|s| s.root_run == run && s.scope == scope)
+            .unwrap_or_else(|| panic!("no saga of {run} {scope:?} in {list:#?}"))
+    };
+    assert_eq!(list.len(), 4, "{list:#?}");
+    assert_eq!(of("trip-1", &[]).state, SagaState::Compensated);
+    assert_eq!(of("trip-1", &["rebooked"]).state, SagaState::Running);
+    let parked = of("trip-2", &[]);
+    assert_eq!(
+        (parked.state, parked.for_good),
+        (SagaState::Escalated, true)
+    );
+    let waiting = of("trip-4", &[]);
+    assert_eq!(
+        (waiting.state, waiting.for_good),
+        (SagaState::Escalated, false),
+        "{waiting:#?}"
+    );
+    assert!(
+        waiting
+            .escalation
+            .as_deref()
+            .unwrap()
+            .contains("awaits a person's approval"),
+        "{waiting:#?}"
+    );
+
+    // The CLI, as one more client of the database: the same list.
+    let listed = pg(&url, &["--json", "sagas"]).await.json();
+    assert_eq!(listed, serde_json::to_value(&list).unwrap());
+    let table = pg(&url, &["sagas"]).await;
+    let text = table.ok();
+    assert!(
+        text.starts_with("4 sagas (oldest start first): 2 escalated, 0 compensating"),
+        "{text}"
+    );
+    assert!(text.contains("ESCALATED*"), "{text}");
+    assert!(
+        text.contains("saga suite (escalated for now: a compensation cannot be settled yet"),
+        "{text}"
+    );
 }

@@ -64,3 +64,29 @@ pub async fn trip(
     })
     .await
 }
+
+/// Books trip `trip`'s suite, whose cancellation needs a person's approval.
+#[tool(class = "provider", key = "trip", compensate = cancel_suite)]
+pub async fn book_suite(ctx: &Ctx, trip: u64) -> Result<Room, Refused> {
+    let _ = ctx;
+    Ok(Room {
+        id: format!("suite-{trip}"),
+    })
+}
+
+/// Cancels a suite, once a person approves it.
+#[tool(class = "provider", key = "room.id", approve = "always")]
+pub async fn cancel_suite(ctx: &Ctx, room: &Room) -> Result<String, Refused> {
+    let _ = ctx;
+    Ok(format!("cancelled {}", room.id))
+}
+
+/// The suite saga: book the suite, then abort. Its rollback waits for the
+/// cancellation's approval, so the saga escalates for now.
+pub async fn suite(ctx: &Ctx, trip: u64) -> Result<String, ToolError<Refused>> {
+    ctx.saga("suite", |s| async move {
+        book_suite(s.ctx(), trip).await?;
+        Err(s.abort("the guest left early"))
+    })
+    .await
+}
