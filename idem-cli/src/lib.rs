@@ -6,6 +6,7 @@
 //! idem --journal DIR resolve KEY --landed '{"id":"wire_42",...}' --note "on the bank statement"
 //! idem --journal DIR resolve KEY --reissue --note "not on the statement after two days"
 //! idem --journal DIR audit --from 0 --follow          # the audit stream, live
+//! idem --journal DIR sagas                            # every saga and where it stands
 //! idem --journal DIR tools | stats | prune
 //! idem --postgres 'postgres://idem@/idem?host=/run/idem-pg' escalations   # a shared journal
 //! idem --postgres 'postgres://owner@/idem?host=/run/idem-pg' migrate       # create its tables
