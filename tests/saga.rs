@@ -604,3 +604,40 @@ async fn a_first_run_mark_written_without_a_scope_still_reads() {
     let list = rt.sagas().await.unwrap();
     assert_eq!(list[0].state, idem::SagaState::Compensated, "{list:#?}");
 }
+
+/// How many events of each saga kind the journal holds.
+fn saga_events(events: &[EventKind]) -> [usize; 3] {
+    let mut n = [0; 3];
+    for e in events {
+        match e {
+            EventKind::SagaStarted { .. } => n[0] += 1,
+            EventKind::Compensating { .. } => n[1] += 1,
+            EventKind::Compensated { .. } => n[2] += 1,
+            _ => {}
+        }
+    }
+    n
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_saga_s_events_survive_a_crash_right_after_it_ends_and_are_never_doubled() {
+    // The saga's start, decision and end are written with their events in
+    // one unit: a crash right after the end (nothing written since to
+    // cover an event appended on its own) keeps all three, once each.
+    let mem = idem_testkit::MemJournal::new();
+    let shop = shop(26);
+    shop.decline_shipping.store(true, Ordering::SeqCst);
+    {
+        let rt = Runtime::builder().journal(mem.clone()).open().unwrap();
+        let err = order(&rt.run("order-26"), 26, &shop).await.unwrap_err();
+        assert!(matches!(err, ToolError::Compensated { .. }), "{err:?}");
+    }
+    mem.crash();
+    let rt = Runtime::builder().journal(mem.clone()).open().unwrap();
+    assert_eq!(saga_events(&events(&rt).await), [1, 1, 1]);
+    // The saga's end replays; nothing runs again and nothing is told twice.
+    let again = order(&rt.run("order-26"), 26, &shop).await.unwrap_err();
+    assert!(matches!(again, ToolError::Compensated { .. }), "{again:?}");
+    assert_eq!(shop.log().len(), 4, "{:?}", shop.log());
+    assert_eq!(saga_events(&events(&rt).await), [1, 1, 1]);
+}

@@ -24,9 +24,7 @@ use crate::dispatch::BoxFuture;
 use crate::error::ToolError;
 use crate::failure::{Classify, Failure};
 use crate::key::KeyBuilder;
-use crate::machine::saga::{
-    Action, BodyEnd, Decision, End, Input, Outcome, Run, SagaEvent, StepRef, Undo,
-};
+use crate::machine::saga::{Action, BodyEnd, Decision, End, Input, Outcome, Run, StepRef, Undo};
 
 pub(crate) mod list;
 pub(crate) mod log;
@@ -273,6 +271,7 @@ impl Ctx {
             ctx: self,
             name,
             key: &key,
+            tool: format!("saga:{name}"),
         };
         let log = Arc::new(Log {
             name: name.to_string(),
@@ -308,26 +307,32 @@ impl Ctx {
                     run.or_fault(found.await, &mut fault)
                 }
                 Action::MarkStarted => {
-                    let mut first = false;
                     let mark = Mark {
                         scope: self.scope_path().map(str::to_string).collect(),
                     };
-                    let marked = self
-                        .step(&started_step(name), async {
-                            first = true;
-                            Ok::<_, std::convert::Infallible>(Some(mark))
-                        })
-                        .await;
+                    let marked = crate::step::step_telling(
+                        self,
+                        &started_step(name),
+                        async { Ok::<_, std::convert::Infallible>(Some(mark)) },
+                        run.told(EventKind::SagaStarted {
+                            saga: name.to_string(),
+                        }),
+                    )
+                    .await;
                     match marked {
-                        Ok(_) => Input::Started { first },
+                        Ok(_) => Input::Started,
                         Err(e) => {
                             fault = Some(journal_only(e));
                             Input::JournalFailed
                         }
                     }
                 }
-                Action::Emit(event) => {
-                    let emitted = run.emit(run.event(event)).await.map(|()| Input::Emitted);
+                Action::EscalateForNow(reason) => {
+                    let saga = name.to_string();
+                    let emitted = run
+                        .emit(EventKind::SagaEscalated { saga, reason })
+                        .await
+                        .map(|()| Input::Emitted);
                     run.or_fault(emitted, &mut fault)
                 }
                 Action::RunBody { replay_only } => {
@@ -354,11 +359,14 @@ impl Ctx {
                     }
                 }
                 Action::StoreDecision(proposed) => {
-                    let stored = self
-                        .step(&decision_step(name), async {
-                            Ok::<_, std::convert::Infallible>(proposed)
-                        })
-                        .await;
+                    let told = run.told(run.decision_event(&proposed));
+                    let stored = crate::step::step_telling(
+                        self,
+                        &decision_step(name),
+                        async { Ok::<_, std::convert::Infallible>(proposed) },
+                        told,
+                    )
+                    .await;
                     match stored {
                         Ok(d) => Input::Decided(d),
                         Err(e) => {
@@ -391,11 +399,14 @@ impl Ctx {
                     }
                 }
                 Action::StoreEnd(end) => {
-                    let stored = self
-                        .step(&end_step(name), async {
-                            Ok::<_, std::convert::Infallible>(end)
-                        })
-                        .await;
+                    let told = run.told(run.end_event(&end));
+                    let stored = crate::step::step_telling(
+                        self,
+                        &end_step(name),
+                        async { Ok::<_, std::convert::Infallible>(end) },
+                        told,
+                    )
+                    .await;
                     match stored {
                         Ok(end) => Input::Stored(end),
                         Err(e) => {
@@ -466,6 +477,8 @@ struct SagaRun<'a> {
     ctx: &'a Ctx,
     name: &'a str,
     key: &'a IdemKey,
+    /// The tool of its audit events, `saga:NAME`.
+    tool: String,
 }
 
 impl SagaRun<'_> {
@@ -484,10 +497,9 @@ impl SagaRun<'_> {
 
     async fn emit(&self, kind: EventKind) -> Result<(), Error> {
         let shared = self.ctx.shared();
-        let tool = format!("saga:{}", self.name);
         let draft = Draft {
             at_ms: shared.clock.now_ms(),
-            tool: &tool,
+            tool: &self.tool,
             key: Some(self.key),
             root_run: self.ctx.root_run(),
             agent: self.ctx.agent(),
@@ -501,23 +513,37 @@ impl SagaRun<'_> {
             .map(|_| ())
     }
 
-    /// The audit event of a saga event.
-    fn event(&self, event: SagaEvent) -> EventKind {
+    /// `kind`, as the event written with one of the saga's records.
+    fn told(&self, kind: EventKind) -> crate::step::Told<'_> {
+        crate::step::Told {
+            tool: &self.tool,
+            key: self.key,
+            kind,
+        }
+    }
+
+    /// The `Compensating` event of a decision.
+    fn decision_event(&self, d: &Decision) -> EventKind {
+        EventKind::Compensating {
+            saga: self.name.to_string(),
+            reason: d.reason.clone(),
+            steps: d.steps.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    /// The `Compensated` or `SagaEscalated` event of an end.
+    fn end_event(&self, end: &End) -> EventKind {
         let saga = self.name.to_string();
-        match event {
-            SagaEvent::Started => EventKind::SagaStarted { saga },
-            SagaEvent::Compensating(d) => EventKind::Compensating {
+        match end {
+            End::Compensated { reason, undone } => EventKind::Compensated {
                 saga,
-                reason: d.reason,
-                steps: d.steps.iter().map(ToString::to_string).collect(),
-            },
-            SagaEvent::Ended(End::Compensated { reason, undone }) => EventKind::Compensated {
-                saga,
-                reason,
+                reason: reason.clone(),
                 undone: undone.iter().map(ToString::to_string).collect(),
             },
-            SagaEvent::Ended(End::Escalated { reason, .. })
-            | SagaEvent::EscalatedForNow(reason) => EventKind::SagaEscalated { saga, reason },
+            End::Escalated { reason, .. } => EventKind::SagaEscalated {
+                saga,
+                reason: reason.clone(),
+            },
         }
     }
 

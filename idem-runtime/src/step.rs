@@ -31,8 +31,37 @@ impl Ctx {
         T: Serialize + DeserializeOwned,
         F: Future<Output = Result<T, E>>,
     {
-        run(self, name, fut).await
+        run(self, name, fut, None).await
     }
+}
+
+/// An audit event written in the same unit as a step's record (a saga's
+/// start, decision and end): durable exactly when the record is, so that
+/// a crash can neither lose it nor, because a later run finds the record
+/// and stores nothing, have it told twice.
+#[derive(Debug, Clone)]
+pub(crate) struct Told<'a> {
+    /// The event's tool (`saga:NAME`).
+    pub(crate) tool: &'a str,
+    /// The key it is about.
+    pub(crate) key: &'a idem_journal::key::IdemKey,
+    /// What it tells.
+    pub(crate) kind: EventKind,
+}
+
+/// [`Ctx::step`], writing `told` with the record when this call stores
+/// it (a call that finds the step stored replays it and tells nothing).
+pub(crate) async fn step_telling<T, E, F>(
+    ctx: &Ctx,
+    name: &str,
+    fut: F,
+    told: Told<'_>,
+) -> Result<T, ToolError<E>>
+where
+    T: Serialize + DeserializeOwned,
+    F: Future<Output = Result<T, E>>,
+{
+    run(ctx, name, fut, Some(told)).await
 }
 
 /// Tool name under which memoized steps appear in audit events.
@@ -74,7 +103,12 @@ pub(crate) fn value_of<T: DeserializeOwned>(rec: &StepRecord) -> Result<Option<T
     }
 }
 
-async fn run<T, E, F>(ctx: &Ctx, name: &str, fut: F) -> Result<T, ToolError<E>>
+async fn run<T, E, F>(
+    ctx: &Ctx,
+    name: &str,
+    fut: F,
+    told: Option<Told<'_>>,
+) -> Result<T, ToolError<E>>
 where
     T: Serialize + DeserializeOwned,
     F: Future<Output = Result<T, E>>,
@@ -200,6 +234,14 @@ where
                 None => Input::Ran(Some(Err("the step's future was spent".into()))),
             },
             Action::Record { rec, expect } => {
+                let mut drafts = vec![draft(EventKind::StepRecorded)];
+                if let Some(t) = &told {
+                    drafts.push(Draft {
+                        tool: t.tool,
+                        key: Some(t.key),
+                        ..draft(t.kind.clone())
+                    });
+                }
                 let written = write(
                     ctx,
                     &digest,
@@ -207,7 +249,7 @@ where
                     Expect::Version(expect),
                     ClaimChange::Release,
                     Durability::Immediate,
-                    vec![draft(EventKind::StepRecorded)],
+                    drafts,
                 )
                 .await;
                 if let Some(s) = &slot {

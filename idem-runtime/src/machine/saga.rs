@@ -238,10 +238,8 @@ enum Phase {
     Start,
     Reading,
     Starting,
-    Announcing,
     Running,
     Deciding,
-    Announced,
     Undoing,
     Ending,
     Reporting(Outcome),
@@ -260,11 +258,8 @@ pub enum Input {
         /// The decision to roll back, if one was stored.
         decision: Option<Decision>,
     },
-    /// The first-run mark is stored; `first`: by this run.
-    Started {
-        /// Whether this run stored it.
-        first: bool,
-    },
+    /// The first-run mark is stored (by this run or an earlier one).
+    Started,
     /// The body returned.
     BodyEnded {
         /// How, as far as the saga cares.
@@ -292,10 +287,14 @@ pub enum Input {
 pub enum Action {
     /// Read the saga's end and decision.
     Read,
-    /// Store the first-run mark (a memoized step).
+    /// Store the first-run mark (a memoized step) and, in the same write,
+    /// its `SagaStarted` event: the one is durable exactly when the other
+    /// is, and a later run that finds the mark tells nothing again.
     MarkStarted,
-    /// Append this event.
-    Emit(SagaEvent),
+    /// Append `SagaEscalated` with this evidence: the saga stays open and
+    /// its next run resumes (nothing is stored, so nothing is lost if this
+    /// event is).
+    EscalateForNow(String),
     /// Run the body; `replay_only`: a rollback is decided, so the body
     /// runs only to hand over its completed calls' compensations, and any
     /// call that is not a replay of one is refused before it runs.
@@ -303,27 +302,16 @@ pub enum Action {
         /// Whether only replays may run.
         replay_only: bool,
     },
-    /// Store this decision; the first stored wins.
+    /// Store this decision with its `Compensating` event in one write; the
+    /// first stored wins (and told it).
     StoreDecision(Decision),
     /// Run this step's compensation.
     Undo(StepRef),
-    /// Store this end; the first stored wins.
+    /// Store this end with its `Compensated` or `SagaEscalated` event in
+    /// one write; the first stored wins (and told it).
     StoreEnd(End),
     /// Return.
     Return(Outcome),
-}
-
-/// An event of the saga's own (the driver fills in the saga's name).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum SagaEvent {
-    /// `SagaStarted`.
-    Started,
-    /// `Compensating` with the decision.
-    Compensating(Decision),
-    /// `Compensated` or `SagaEscalated`, for an end stored.
-    Ended(End),
-    /// `SagaEscalated` for now, with the evidence.
-    EscalatedForNow(String),
 }
 
 /// How a run of a saga returns.
@@ -392,11 +380,7 @@ impl Run {
                     decision: None,
                 },
             ) => self.go(Phase::Starting, Action::MarkStarted),
-            (Phase::Starting, Input::Started { first: true }) => {
-                self.go(Phase::Announcing, Action::Emit(SagaEvent::Started))
-            }
-            (Phase::Starting, Input::Started { first: false })
-            | (Phase::Announcing, Input::Emitted) => {
+            (Phase::Starting, Input::Started) => {
                 self.go(Phase::Running, Action::RunBody { replay_only: false })
             }
             (
@@ -425,14 +409,10 @@ impl Run {
                 // Another run's decision may have won: roll back what it
                 // names, with what this run holds.
                 let (completed, held) = self.holdings();
-                self.decision = Some(stored.clone());
+                self.decision = Some(stored);
                 self.plan(&completed, &held);
-                self.go(
-                    Phase::Announced,
-                    Action::Emit(SagaEvent::Compensating(stored)),
-                )
+                self.undo_next()
             }
-            (Phase::Announced, Input::Emitted) => self.undo_next(),
             (Phase::Undoing, Input::Undone(undo)) => {
                 let step = self.order[self.next].0.clone();
                 match after_undo(&step, undo) {
@@ -446,17 +426,14 @@ impl Run {
                         let reason = self.evidence(&why);
                         self.go(
                             Phase::Reporting(Outcome::EscalatedForNow(reason.clone())),
-                            Action::Emit(SagaEvent::EscalatedForNow(reason)),
+                            Action::EscalateForNow(reason),
                         )
                     }
                     Next::Busy => self.ret(Outcome::Busy),
                     Next::Journal => self.ret(Outcome::Journal),
                 }
             }
-            (Phase::Ending, Input::Stored(end)) => self.go(
-                Phase::Reporting(Outcome::End(end.clone())),
-                Action::Emit(SagaEvent::Ended(end)),
-            ),
+            (Phase::Ending, Input::Stored(end)) => self.ret(Outcome::End(end)),
             (Phase::Reporting(outcome), Input::Emitted) => self.ret(outcome),
             // An input the phase does not expect: a driver bug. Fail
             // closed: undo nothing more, report a journal fault.

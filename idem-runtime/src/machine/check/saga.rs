@@ -273,17 +273,11 @@ impl World {
             Action::MarkStarted => {
                 let mut w = self.clone();
                 w.started = true;
-                out.push((
-                    "mark".into(),
-                    Some(Input::Started {
-                        first: !self.started,
-                    }),
-                    w.clone(),
-                ));
+                out.push(("mark".into(), Some(Input::Started), w.clone()));
                 out.push(fail(self, "the mark fails"));
                 out.push(fail(&w, "the mark is written, then reported failed"));
             }
-            Action::Emit(_) => {
+            Action::EscalateForNow(_) => {
                 out.push(("emit".into(), Some(Input::Emitted), self.clone()));
                 out.push(fail(self, "the event fails"));
             }
