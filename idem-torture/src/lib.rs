@@ -401,8 +401,9 @@ pub struct Summary {
     /// Orders processed, over every round.
     pub workflows: u64,
     /// Effects the providers' ledgers hold at the end of the finished
-    /// rounds, every record counted (four per workflow if nothing was
-    /// duplicated or lost): counted by the providers, not by the harness.
+    /// rounds, every record counted (four per workflow, plus
+    /// `saga_effects_expected`, if nothing was duplicated or lost): counted
+    /// by the providers, not by the harness.
     pub operations: u64,
     /// `Committed` events (or operator `landed`s) of the effect tools in the
     /// finished rounds' audit streams (four per workflow).
@@ -416,7 +417,7 @@ pub struct Summary {
     /// Workers that killed themselves at an instrumented point.
     pub crashpoint_kills: u64,
     /// Workers that died at each instrumented point, `tool:moment`
-    /// (`sending` or `landed`); every one of the eight is planned.
+    /// (`sending` or `landed`); every one of the eighteen is planned.
     pub crashpoint_hits: BTreeMap<String, u64>,
     /// Rounds whose clock jumped past the charge's dedupe window after a
     /// charge landed unacknowledged.
@@ -1917,8 +1918,9 @@ impl<'c> Round<'c> {
                 let _ = self.judge_unopenable(false, why, summary);
             }
         }
-        // What the providers hold, counted by them: four per order unless
-        // something was duplicated, lost or sent for no order.
+        // What the providers hold, counted by them: four per order (and
+        // the sagas' effects) unless something was duplicated, lost or sent
+        // for no order.
         summary.operations += ledger_sizes(&providers).iter().sum::<usize>() as u64;
         for p in [
             providers.payments().faults().stats(),
