@@ -214,7 +214,7 @@ async fn an_operator_sees_compensated_and_escalated_sagas_in_the_inbox() {
     let text = browser.text(&shown).await;
     for needle in [
         "compensated",
-        &compensated.to_string(),
+        compensated.as_str(),
         "trip-1",
         "the flight was cancelled",
         "book_room book_room-",
