@@ -1638,7 +1638,16 @@ impl<'c> Round<'c> {
         if u < 0.12 {
             Plan::Alone
         } else if u < 0.42 {
-            let tool = EFFECT_TOOLS[self.rng.below(EFFECT_TOOLS.len() as u64) as usize];
+            // Any instrumented tool the round runs: the sagas' too.
+            let tools: Vec<&str> = match self.sagas {
+                true => SAGA_TOOLS
+                    .iter()
+                    .chain(EFFECT_TOOLS.iter())
+                    .copied()
+                    .collect(),
+                false => EFFECT_TOOLS.to_vec(),
+            };
+            let tool = tools[self.rng.below(tools.len() as u64) as usize];
             let moment = if self.rng.below(4) == 0 {
                 Moment::Sending
             } else {
