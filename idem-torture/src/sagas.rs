@@ -356,7 +356,7 @@ pub(crate) fn check(
         }
         let decided_right = match decisions.as_slice() {
             [] => !expect.needs_approval,
-            [approved] => expect.needs_approval && *approved == !expect.rejected,
+            [approved] => expect.needs_approval && *approved != expect.rejected,
             _ => false,
         };
         if !decided_right {
