@@ -641,3 +641,50 @@ async fn a_saga_s_events_survive_a_crash_right_after_it_ends_and_are_never_doubl
     assert_eq!(shop.log().len(), 4, "{:?}", shop.log());
     assert_eq!(saga_events(&events(&rt).await), [1, 1, 1]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn prune_keeps_an_open_saga_whole_however_old() {
+    // A rollback escalated for now waits for a person, maybe past the
+    // retention. Pruning its decision and its completed calls would let the
+    // next run start the body afresh: a second charge.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = idem::ManualClock::new(1_000_000);
+    let rt = Runtime::builder()
+        .path(dir.path())
+        .clock(Arc::new(clock.clone()))
+        .retention(Duration::from_secs(3600))
+        .open()
+        .unwrap();
+    let shop = shop(27);
+    shop.decline_shipping.store(true, Ordering::SeqCst);
+    shop.hang_cancel.store(true, Ordering::SeqCst);
+    let ctx = rt.run("order-27");
+    let cut = tokio::time::timeout(Duration::from_secs(5), order(&ctx, 27, &shop)).await;
+    assert!(cut.is_err());
+    shop.hang_cancel.store(false, Ordering::SeqCst);
+    let err = order(&ctx, 27, &shop).await.unwrap_err();
+    assert!(matches!(err, ToolError::Escalated { .. }), "{err:?}");
+
+    clock.advance(rt.retention() * 2);
+    let report = rt.prune().await.unwrap();
+    assert_eq!(report.ops_removed, 0, "{report:?}");
+    assert_eq!(report.steps_removed, 0, "{report:?}");
+    let listed = rt.sagas().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+
+    let open = rt.escalations().await.unwrap();
+    rt.resolve(&open[0].key, idem::Resolution::Reissue, "still booked")
+        .await
+        .unwrap();
+    let err = order(&ctx, 27, &shop).await.unwrap_err();
+    assert!(matches!(err, ToolError::Compensated { .. }), "{err:?}");
+    assert_eq!(
+        shop.log(),
+        [
+            "charge 27 120",
+            "book 27",
+            "cancel seat-27",
+            "refund 27 ch_27 of 120"
+        ]
+    );
+}

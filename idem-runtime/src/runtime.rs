@@ -165,7 +165,8 @@ impl Runtime {
     /// cannot be settled yet stores no end) is told by its latest audit
     /// event; once that event is pruned, it lists as `compensating`. Its
     /// records are pruned with other memoized steps once older than the
-    /// retention ([`Runtime::prune`]), and it is no longer listed. The
+    /// retention ([`Runtime::prune`]), and it is no longer listed, unless
+    /// it is rolling back: then it is kept whole. The
     /// listing reads every memoized step of the journal, as a prune does:
     /// an operator's page, not something to poll in a loop. A saga started
     /// by a build of idem that did not record its scope is listed only if
@@ -359,10 +360,15 @@ impl Runtime {
     /// Removes what is older than [`Runtime::retention`]: finished
     /// operations (committed, rejected, failed, abandoned), memoized steps
     /// and audit events. Operations in flight, waiting, escalated or
-    /// reissued are never removed, however old. A record that cannot be
-    /// decoded is left alone and counted. Durable when this returns.
+    /// reissued are never removed, however old; nor is anything of the run
+    /// of a saga still rolling back (decided, not ended: its records and
+    /// every operation and step of its run, counted as kept open), so that
+    /// its next run resumes the rollback instead of starting over. A record
+    /// that cannot be decoded is left alone and counted. Durable when this
+    /// returns.
     pub async fn prune(&self) -> Result<PruneReport, Error> {
         let journal = &*self.shared.journal;
+        let open_sagas = crate::saga::list::open_runs(self).await?;
         let now = self.shared.clock.now_ms();
         let cutoff = now.saturating_sub(self.retention().as_millis() as u64);
         let mut report = PruneReport {
@@ -382,7 +388,10 @@ impl Runtime {
                         Space::Ops => {
                             report.ops_scanned += 1;
                             match OpRecord::decode(&loaded.body, journal.location(), &key) {
-                                Ok(rec) if !rec.state.is_finished() => {
+                                Ok(rec)
+                                    if !rec.state.is_finished()
+                                        || open_sagas.contains(&rec.root_run) =>
+                                {
                                     report.ops_kept_open += 1;
                                     false
                                 }
@@ -402,6 +411,7 @@ impl Runtime {
                             Ok(step) => {
                                 step.at_ms < cutoff
                                     && matches!(step.state, record::StepState::Done { .. })
+                                    && !open_sagas.contains(&step.root_run)
                             }
                             Err(_) => {
                                 report.undecodable += 1;

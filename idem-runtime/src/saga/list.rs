@@ -65,6 +65,26 @@ pub(crate) async fn sagas(rt: &Runtime) -> Result<Vec<SagaView>, Error> {
     Ok(out)
 }
 
+/// The root runs of every saga that decided to roll back and has not
+/// ended (compensating, or escalated until its next run): what
+/// [`Runtime::prune`](crate::Runtime::prune) keeps whole, however old, as
+/// it keeps operations that are not finished. Without its decision a
+/// resumed saga would run its body afresh, and without its completed
+/// calls (and the compensations that already ran) it would make them
+/// again.
+pub(crate) async fn open_runs(rt: &Runtime) -> Result<std::collections::HashSet<String>, Error> {
+    Ok(sagas(rt)
+        .await?
+        .into_iter()
+        .filter(|s| match s.state {
+            SagaState::Compensating => true,
+            SagaState::Escalated => !s.for_good,
+            _ => false,
+        })
+        .map(|s| s.root_run)
+        .collect())
+}
+
 /// The view of the saga whose first-run mark is `mark` (stored under
 /// `digest`); `None` for a mark still being written, or one written before
 /// marks held their scope whose saga did not run at its run's root.
