@@ -543,6 +543,11 @@ pub struct Summary {
     /// Decisions the API answered "not awaiting approval": an earlier
     /// request of the operator had decided it, its answer cut off by a kill.
     pub approvals_unanswered: u64,
+    /// Approvals asked again under a new generation of the key: an approved
+    /// supplier payment the bank refused, paid again by a saga body run
+    /// again before the saga had stored its rollback (a refusal ends a
+    /// decision; the next call is a new one, and a person decides it).
+    pub approvals_of_new_generations: u64,
 }
 
 impl Summary {
@@ -728,7 +733,7 @@ impl Summary {
             f,
             " sagas={} (completed={} compensated={}) saga_effects={} (expected {}) \
              saga_audited_commits={} missed_compensations={} approvals: requested={} \
-             approved={} rejected={} answer_lost_to_kill={}",
+             approved={} rejected={} answer_lost_to_kill={} new_generations={}",
             self.sagas,
             self.sagas_completed,
             self.sagas_compensated,
@@ -739,7 +744,8 @@ impl Summary {
             self.approvals_requested,
             self.approved,
             self.rejected,
-            self.approvals_unanswered
+            self.approvals_unanswered,
+            self.approvals_of_new_generations
         )
     }
 }

@@ -15,9 +15,12 @@
 //! The checks, per order: one courier and one charge; the supplier paid
 //! once if the saga completes and never otherwise; a saga that rolled
 //! back refunded the charge once and cancelled the courier once (a missed
-//! compensation is a violation of its own); approval asked once for a
-//! payment that needs it and never otherwise, decided once, as the operator
-//! decided; one commit per effect in the audit stream; and a final run of
+//! compensation is a violation of its own); approval asked for a payment
+//! that needs it and never otherwise, once per generation of its key (a
+//! second generation only after the bank refused an approved payment and
+//! the body ran again before the saga stored its rollback: a refusal ends
+//! a decision, and the next call is a new one), each decided once, as the
+//! operator decided; one commit per effect in the audit stream; and a final run of
 //! every saga that ends the same way without a provider request.
 
 use std::collections::BTreeMap;
@@ -156,8 +159,9 @@ fn order_of_run(run: &str) -> Option<u64> {
 /// what it decided through the admin API, and what it found wrong.
 #[derive(Debug, Default)]
 pub(crate) struct Approver {
-    /// Root run → approved, for every decision the admin API acknowledged.
-    acknowledged: BTreeMap<String, bool>,
+    /// Operation key (its generation included) → its root run and whether
+    /// it was approved, for every decision the admin API acknowledged.
+    acknowledged: BTreeMap<String, (String, bool)>,
     /// Decisions answered `not_awaiting_approval`: decided by a request
     /// whose answer a kill cut off.
     decided_unanswered: u64,
@@ -206,7 +210,7 @@ pub(crate) async fn approve_while(
             };
             {
                 let mut a = approver.lock().unwrap_or_else(PoisonError::into_inner);
-                if a.acknowledged.contains_key(&approval.root_run) {
+                if a.acknowledged.contains_key(approval.key.as_str()) {
                     let shown = format!(
                         "ASKED AGAIN: {} of order {order} is pending again after its decision \
                          was acknowledged ({})",
@@ -229,8 +233,10 @@ pub(crate) async fn approve_while(
             {
                 Ok(_) => {
                     let mut a = approver.lock().unwrap_or_else(PoisonError::into_inner);
-                    a.acknowledged
-                        .insert(approval.root_run.clone(), verdict.is_some());
+                    a.acknowledged.insert(
+                        approval.key.to_string(),
+                        (approval.root_run.clone(), verdict.is_some()),
+                    );
                     match verdict {
                         Some(_) => a.approved += 1,
                         None => a.rejected += 1,
@@ -270,16 +276,27 @@ pub(crate) fn check(
     // Per (root run, tool): commits; per root run: approvals asked and
     // decided, and sagas compensated.
     let mut commits: BTreeMap<(&str, &str), u64> = BTreeMap::new();
-    let mut asked: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut decided: BTreeMap<&str, Vec<bool>> = BTreeMap::new();
+    // Approvals per run, then per operation key (a key names its
+    // generation: a call refused by the provider is a new decision under
+    // the next generation, and asks again).
+    let mut asked: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
+    let mut decided: BTreeMap<&str, BTreeMap<&str, Vec<bool>>> = BTreeMap::new();
     let mut compensated: BTreeMap<&str, u64> = BTreeMap::new();
     for e in events {
         let run = e.root_run.as_str();
         match &e.kind {
             EventKind::Committed { .. } => *commits.entry((run, &e.tool)).or_default() += 1,
-            EventKind::ApprovalRequested { .. } => *asked.entry(run).or_default() += 1,
-            EventKind::Approved { .. } => decided.entry(run).or_default().push(true),
-            EventKind::NotApproved { .. } => decided.entry(run).or_default().push(false),
+            EventKind::ApprovalRequested { .. } => {
+                *asked.entry(run).or_default().entry(key_of(e)).or_default() += 1;
+            }
+            EventKind::Approved { .. } => {
+                let keys = decided.entry(run).or_default();
+                keys.entry(key_of(e)).or_default().push(true);
+            }
+            EventKind::NotApproved { .. } => {
+                let keys = decided.entry(run).or_default();
+                keys.entry(key_of(e)).or_default().push(false);
+            }
             EventKind::Compensated { .. } => *compensated.entry(run).or_default() += 1,
             _ => {}
         }
@@ -341,41 +358,66 @@ pub(crate) fn check(
                  audit stream ({expect:?})"
             ));
         }
-        // Approval: asked once when needed, never otherwise; decided once,
-        // as the operator decided; and what the operator was told it
-        // decided is what the journal holds.
-        let n_asked = asked.get(run.as_str()).copied().unwrap_or(0);
-        let decisions = decided.get(run.as_str()).cloned().unwrap_or_default();
+        // Approval: asked when needed and never otherwise, once per
+        // generation; each request decided once, as the operator decides
+        // for this order; what the operator was told it decided is what
+        // the journal holds. A second generation only after the supplier's
+        // bank refused an approved payment (a crash before the saga stored
+        // its rollback: the body, run again, pays again).
+        let asked_keys = asked.remove(run.as_str()).unwrap_or_default();
+        let decided_keys = decided.remove(run.as_str()).unwrap_or_default();
+        let n_asked: u64 = asked_keys.values().sum();
         summary.approvals_requested += n_asked;
-        let want = u64::from(expect.needs_approval);
-        if n_asked != want {
-            problems.push(format!(
-                "APPROVAL: order {order}'s supplier payment asked for approval {n_asked} times, \
-                 expected {want} ({expect:?})"
-            ));
-        }
-        let decided_right = match decisions.as_slice() {
-            [] => !expect.needs_approval,
-            [approved] => expect.needs_approval && *approved != expect.rejected,
-            _ => false,
+        let generations = asked_keys.len();
+        let allowed = match (
+            expect.needs_approval,
+            expect.bank_refuses && !expect.rejected,
+        ) {
+            (false, _) => generations == 0,
+            (true, false) => generations == 1,
+            (true, true) => generations >= 1,
         };
-        if !decided_right {
+        if !allowed || asked_keys.values().any(|&n| n != 1) {
             problems.push(format!(
-                "APPROVAL: order {order}'s decisions in the audit stream are {decisions:?} \
+                "APPROVAL: order {order}'s supplier payment asked for approval {asked_keys:?} \
                  ({expect:?})"
             ));
         }
-        if let Some(&approved) = approver.acknowledged.get(&run) {
-            if decisions != [approved] {
+        if generations > 1 {
+            summary.approvals_of_new_generations += generations as u64 - 1;
+        }
+        for key in asked_keys.keys() {
+            let decisions = decided_keys.get(key).cloned().unwrap_or_default();
+            if decisions != [!expect.rejected] {
+                problems.push(format!(
+                    "APPROVAL: {key} (order {order}) was decided {decisions:?} in the audit \
+                     stream ({expect:?})"
+                ));
+            }
+        }
+        if let Some(extra) = decided_keys.keys().find(|k| !asked_keys.contains_key(*k)) {
+            problems.push(format!(
+                "APPROVAL: {extra} (order {order}) was decided but never asked for"
+            ));
+        }
+        for (key, (_, approved)) in approver.acknowledged.iter().filter(|(_, (r, _))| *r == run) {
+            let held = decided_keys.get(key.as_str()).map(Vec::as_slice);
+            if held != Some(&[*approved][..]) {
                 summary.lost += 1;
                 problems.push(format!(
-                    "LOST APPROVAL: the admin API acknowledged {} for order {order}, the audit \
-                     stream holds {decisions:?}",
-                    if approved { "approval" } else { "rejection" }
+                    "LOST APPROVAL: the admin API acknowledged {} of {key} (order {order}), the \
+                     audit stream holds {:?}",
+                    if *approved { "approval" } else { "rejection" },
+                    decided_keys.get(key.as_str())
                 ));
             }
         }
     }
+}
+
+/// The operation key an audit event is about ("" if none).
+fn key_of(e: &idem::AuditEvent) -> &str {
+    e.key.as_deref().unwrap_or("")
 }
 
 /// The last run of every saga of a round (after the journal said every
