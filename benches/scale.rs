@@ -78,6 +78,25 @@ async fn charge(ctx: &Ctx, n: u64) -> Result<String, Never> {
     Ok(format!("ch_{n:010}"))
 }
 
+/// The same call with `commit = "eventual"` (`--eventual`): the COMMITTED
+/// record rides the next group commit instead of its own fdatasync.
+#[tool(class = "provider", key = "n", commit = "eventual")]
+async fn charge_eventual(ctx: &Ctx, n: u64) -> Result<String, Never> {
+    let _ = ctx.idempotency_key();
+    Ok(format!("ch_{n:010}"))
+}
+
+/// Set once, before any call: which of the two tools the bench calls.
+static EVENTUAL: AtomicBool = AtomicBool::new(false);
+
+async fn call(ctx: &Ctx, n: u64) -> Result<String, idem::ToolError<Never>> {
+    if EVENTUAL.load(Ordering::Relaxed) {
+        charge_eventual(ctx, n).await
+    } else {
+        charge(ctx, n).await
+    }
+}
+
 // ---------------------------------------------------------------- options
 
 struct Options {
@@ -90,6 +109,7 @@ struct Options {
     trim: bool,
     keep: bool,
     exit_after_drop: bool,
+    eventual: bool,
 }
 
 fn options() -> Options {
@@ -103,6 +123,7 @@ fn options() -> Options {
         trim: false,
         keep: false,
         exit_after_drop: false,
+        eventual: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -121,6 +142,7 @@ fn options() -> Options {
             "--trim" => o.trim = true,
             "--keep" => o.keep = true,
             "--exit-after-drop" => o.exit_after_drop = true,
+            "--eventual" => o.eventual = true,
             // What `cargo bench` passes to every bench binary.
             "--bench" => {}
             other => eprintln!("scale: ignoring argument {other:?}"),
@@ -611,9 +633,6 @@ async fn census(journal: &SledJournal, rt: &Runtime) -> Census {
                 value.extend_from_slice(cl.owner.worker.as_bytes());
             }
             value.extend_from_slice(&loaded.body);
-            if c.ops == 1 && std::env::var_os("SCALE_DUMP").is_some() {
-                eprintln!("{value:02x?}");
-            }
             c.fields.add(&value);
         }
         after = Some(last);
@@ -719,7 +738,7 @@ async fn write_phase(
                     return lat;
                 }
                 let t = Instant::now();
-                charge(&ctx, base + i).await.expect("fresh call");
+                call(&ctx, base + i).await.expect("fresh call");
                 lat.push(t.elapsed());
                 let d = done.fetch_add(1, Ordering::Relaxed) + 1;
                 if d % window == 0 || d == n {
@@ -752,7 +771,7 @@ async fn replays(ctx: &Ctx, base: u64, population: u64, n: usize, seed: u64) -> 
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         let key = base + (z ^ (z >> 31)) % population;
         let t = Instant::now();
-        let out = charge(ctx, key).await.expect("replay");
+        let out = call(ctx, key).await.expect("replay");
         samples.push(t.elapsed());
         std::hint::black_box(out);
     }
@@ -771,6 +790,7 @@ fn bench_dir() -> PathBuf {
 
 fn main() {
     let o = options();
+    EVENTUAL.store(o.eventual, Ordering::Relaxed);
     let n = o.ops;
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -797,11 +817,12 @@ fn main() {
 
     println!("idem scale benchmark (issue 21)");
     println!(
-        "machine: {} cores; journal in {}; {n} operations from {} tasks; sled cache_capacity {} MiB, \
+        "machine: {} cores; journal in {}; {n} operations from {} tasks{}; sled cache_capacity {} MiB, \
          checkpoint_bytes {} MiB; replay cache {}",
         std::thread::available_parallelism().map_or(0, |c| c.get()),
         dir.display(),
         o.tasks,
+        if o.eventual { " (commit = \"eventual\")" } else { "" },
         sled.cache_capacity >> 20,
         sled.checkpoint_bytes >> 20,
         o.replay_cache.map_or("default (4096)".into(), |k| k.to_string()),
@@ -906,7 +927,7 @@ fn main() {
     let cached_keys = 2000u64.min(o.replay_cache.unwrap_or(4096) as u64).max(1);
     tokio.block_on(async {
         for k in 0..cached_keys {
-            charge(&ctx, n + 1_000_000 + k).await.expect("fresh");
+            call(&ctx, n + 1_000_000 + k).await.expect("fresh");
         }
     });
     let cached = summarize(tokio.block_on(replays(&ctx, n + 1_000_000, cached_keys, o.replays, 2)));
@@ -922,7 +943,7 @@ fn main() {
             for k in 0..30 {
                 let key = n + 2_000_000 + b * 100 + k;
                 let t = Instant::now();
-                charge(&ctx, key).await.expect("fresh");
+                call(&ctx, key).await.expect("fresh");
                 seq.push(t.elapsed());
             }
         });
