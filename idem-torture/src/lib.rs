@@ -2725,7 +2725,8 @@ fn parse_done(status: &str) -> Option<(u64, u64)> {
 fn decide(esc: &Escalation, providers: &Providers) -> Result<(Resolution, String), String> {
     let key = esc.key.to_string();
     let landed: Option<serde_json::Value> = match esc.tool.as_str() {
-        "charge" => providers
+        // The order workflow's charge and the saga's: both under our key.
+        "charge" | "pay" => providers
             .payments()
             .ledger()
             .into_iter()
@@ -2743,7 +2744,8 @@ fn decide(esc: &Escalation, providers: &Providers) -> Result<(Resolution, String
             .map(serde_json::to_value)
             .transpose()
             .map_err(|e| e.to_string())?,
-        "open_ticket" => providers
+        // The support ticket and the saga's courier: our key as reference.
+        "open_ticket" | "book_courier" => providers
             .tickets()
             .ledger()
             .into_iter()
@@ -2768,16 +2770,6 @@ fn decide(esc: &Escalation, providers: &Providers) -> Result<(Resolution, String
                 .transpose()
                 .map_err(|e| e.to_string())?
         }
-        "pay" => providers
-            .payments()
-            .ledger()
-            .into_iter()
-            .find(|c| {
-                c.idempotency_key.as_deref() == Some(&key) && c.outcome == ChargeOutcome::Succeeded
-            })
-            .map(|c| serde_json::to_value(charge_of(c)))
-            .transpose()
-            .map_err(|e| e.to_string())?,
         "refund" => providers
             .refunds()
             .into_iter()
@@ -2791,14 +2783,6 @@ fn decide(esc: &Escalation, providers: &Providers) -> Result<(Resolution, String
                     replayed: false,
                 })
             })
-            .transpose()
-            .map_err(|e| e.to_string())?,
-        "book_courier" => providers
-            .tickets()
-            .ledger()
-            .into_iter()
-            .find(|t| t.external_ref == key)
-            .map(serde_json::to_value)
             .transpose()
             .map_err(|e| e.to_string())?,
         "cancel_courier" => providers
