@@ -143,6 +143,10 @@ pub(super) fn apply<'a>(
 }
 
 fn write_buckets(trees: &Trees, buckets: BTreeMap<u64, Vec<Event>>) -> Result<(), Failed> {
+    if buckets.is_empty() {
+        return Ok(());
+    }
+    let mut packer = events::Packer::new();
     for (key, new) in buckets {
         let mut bucket = match trees.audit.get(key.to_be_bytes())? {
             Some(v) => events::decode_bucket(&v)
@@ -152,9 +156,77 @@ fn write_buckets(trees: &Trees, buckets: BTreeMap<u64, Vec<Event>>) -> Result<()
         events::merge(&mut bucket, new);
         trees
             .audit
-            .insert(key.to_be_bytes(), events::encode_bucket(&bucket))?;
+            .insert(key.to_be_bytes(), packer.encode(&bucket))?;
     }
     Ok(())
+}
+
+/// Rewrites the audit buckets of a journal of format 2 (32 sequence
+/// numbers each, uncompressed) as this build stores them ([`events::BUCKET`]
+/// numbers each, compressed). Each new bucket replaces the old ones it
+/// covers in one sled batch, so whatever a crash leaves, every event is in
+/// exactly one bucket and the buckets are in sequence order; running it
+/// again finishes the work, skipping what is already converted. Returns
+/// how many buckets it wrote.
+pub(super) fn regroup(trees: &Trees) -> Result<u64, Failed> {
+    let mut packer = events::Packer::new();
+    let mut start = 0u64;
+    let mut written = 0;
+    loop {
+        let Some(first) = trees.audit.range(start.to_be_bytes()..).keys().next() else {
+            return Ok(written);
+        };
+        let first = bucket_key(&first?)?;
+        let group = events::bucket_of(first);
+        let end = group.checked_add(events::BUCKET);
+        let old: Vec<(sled::IVec, sled::IVec)> = match end {
+            Some(end) => trees.audit.range(group.to_be_bytes()..end.to_be_bytes()),
+            None => trees.audit.range(group.to_be_bytes()..),
+        }
+        .collect::<Result<_, _>>()?;
+        let converted = matches!(&old[..], [(k, v)]
+            if **k == group.to_be_bytes() && v.first() == Some(&events::DEFLATED));
+        if !converted {
+            let mut bucket = Vec::new();
+            let mut batch = sled::Batch::default();
+            for (k, v) in &old {
+                let found = events::decode_bucket(v).map_err(|e| {
+                    Failed::Damaged(format!("audit bucket {}: {e}", idem_journal::key::hex(k)))
+                })?;
+                if let Some((seq, _)) = found
+                    .iter()
+                    .find(|(seq, _)| events::bucket_of(*seq) != group)
+                {
+                    return Err(Failed::Damaged(format!(
+                        "audit bucket {} holds event {seq}, outside it",
+                        idem_journal::key::hex(k)
+                    )));
+                }
+                events::merge(&mut bucket, found);
+                if **k != group.to_be_bytes() {
+                    batch.remove(k.clone());
+                }
+            }
+            batch.insert(&group.to_be_bytes(), packer.encode(&bucket));
+            trees.audit.apply_batch(batch)?;
+            written += 1;
+        }
+        match end {
+            Some(end) => start = end,
+            None => return Ok(written),
+        }
+    }
+}
+
+/// The sequence number an audit bucket's key names.
+fn bucket_key(k: &[u8]) -> Result<u64, Failed> {
+    <[u8; 8]>::try_from(k).map(u64::from_be_bytes).map_err(|_| {
+        Failed::Damaged(format!(
+            "an audit bucket's key is {} bytes: {}",
+            k.len(),
+            idem_journal::key::hex(k)
+        ))
+    })
 }
 
 /// Removes every event below `before` from sled's buckets.
@@ -243,4 +315,46 @@ pub(super) fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trees() -> (tempfile::TempDir, Trees) {
+        let dir = tempfile::TempDir::new().unwrap();
+        let db = sled::Config::new().path(dir.path()).open().unwrap();
+        let trees = Trees::open(db).unwrap();
+        (dir, trees)
+    }
+
+    #[test]
+    fn regrouping_refuses_buckets_that_are_not_what_they_claim() {
+        // A bucket keyed 32 holding an event of another group.
+        let (_dir, t) = trees();
+        let stray = events::encode_frames(&[(40, b"a".to_vec()), (200, b"b".to_vec())]);
+        t.audit.insert(32u64.to_be_bytes(), stray).unwrap();
+        let err = regroup(&t).unwrap_err();
+        assert!(
+            matches!(&err, Failed::Damaged(d) if d.contains("holds event 200")),
+            "{err}"
+        );
+        // Nothing was rewritten.
+        assert_eq!(t.audit.len(), 1);
+
+        // A key that is not a sequence number.
+        let (_dir, t) = trees();
+        t.audit.insert(b"abc", events::encode_frames(&[])).unwrap();
+        let err = regroup(&t).unwrap_err();
+        assert!(
+            matches!(&err, Failed::Damaged(d) if d.contains("3 bytes")),
+            "{err}"
+        );
+
+        // A value that is not a bucket.
+        let (_dir, t) = trees();
+        t.audit.insert(64u64.to_be_bytes(), &[0u8; 5][..]).unwrap();
+        let err = regroup(&t).unwrap_err();
+        assert!(matches!(&err, Failed::Damaged(_)), "{err}");
+    }
 }

@@ -8,12 +8,41 @@
 //! alone, so applying the same events twice (a checkpoint cut short, then
 //! replayed) lands them in the same place: idempotent by construction.
 //!
-//! Bucket value: frames `[seq: u64 BE][length: u32 LE][event bytes]`, in
-//! sequence order.
+//! Frames: `[seq: u64 BE][length: u32 LE][event bytes]`, in sequence order.
+//! A bucket value is [`DEFLATED`], the frames' length (u32 LE) and the
+//! frames compressed with raw deflate. The events of a bucket repeat their
+//! tool, worker, run and agent, and each key two or three times;
+//! compressed, they take about a third of the bytes, in sled and in every
+//! later read of it. Format 2 of the journal stored buckets of 32 numbers
+//! as plain frames (whose first byte is the top byte of a sequence number,
+//! 0 below 2^56); they still decode, and opening such a journal rewrites
+//! them (`apply::regroup`). Only sled holds buckets: the log and the image
+//! hold events one by one, and the content digest covers each event's own
+//! bytes, so it does not depend on how a bucket is stored.
+
+use miniz_oxide::deflate::core::{
+    compress, create_comp_flags_from_zip_params, CompressorOxide, TDEFLFlush, TDEFLStatus,
+};
+
+/// The first byte of a compressed bucket. A frame-format bucket starts with
+/// the top byte of its first sequence number, which never reaches this.
+pub(super) const DEFLATED: u8 = 0xdf;
+
+/// How hard to compress: deflate's fastest level. Buckets are small (a
+/// hundred events or so) and the last one is rewritten at each checkpoint
+/// until full, on the checkpointer's thread, which also serves the log.
+const LEVEL: u8 = 1;
+
+/// The largest a bucket's frames may claim to be: far above any real one
+/// (sled's values stay below its blob threshold), low enough that a
+/// damaged length cannot make a read allocate without bound.
+const MAX_FRAMES: usize = 64 << 20;
 
 /// Sequence numbers per bucket: small enough that a bucket stays far below
-/// sled's blob threshold (≈128 KiB per page) with typical events.
-pub(super) const BUCKET: u64 = 32;
+/// sled's blob threshold (≈128 KiB per page) with typical events, large
+/// enough that inflating one is mostly inflating, not building its code
+/// tables (at 32, opening spent a third of its time in those).
+pub(super) const BUCKET: u64 = 128;
 
 /// One event: its sequence number and its bytes.
 pub(super) type Event = (u64, Vec<u8>);
@@ -23,18 +52,106 @@ pub(super) fn bucket_of(seq: u64) -> u64 {
     seq - seq % BUCKET
 }
 
+/// Encodes a bucket as this build stores it: compressed.
 pub(super) fn encode_bucket(events: &[Event]) -> Vec<u8> {
+    Packer::new().encode(events)
+}
+
+/// Compresses buckets one after another with one compressor: its tables
+/// (a few hundred KiB) are allocated once per checkpoint, not per bucket,
+/// which would churn the allocator on every bucket a checkpoint rewrites.
+pub(super) struct Packer {
+    deflate: Box<CompressorOxide>,
+    frames: Vec<u8>,
+}
+
+impl Packer {
+    pub(super) fn new() -> Packer {
+        let flags = create_comp_flags_from_zip_params(LEVEL.into(), 0, 0);
+        Packer {
+            deflate: Box::new(CompressorOxide::new(flags)),
+            frames: Vec::new(),
+        }
+    }
+
+    /// The stored form of `events`: [`DEFLATED`], the frames' length, the
+    /// frames compressed.
+    pub(super) fn encode(&mut self, events: &[Event]) -> Vec<u8> {
+        self.frames.clear();
+        write_frames(&mut self.frames, events);
+        self.deflate.reset();
+        let mut out = Vec::with_capacity(64 + self.frames.len() / 2);
+        out.push(DEFLATED);
+        out.extend_from_slice(&(self.frames.len() as u32).to_le_bytes());
+        let mut input = &self.frames[..];
+        let mut written = out.len();
+        loop {
+            if out.len() - written < 64 {
+                out.resize(out.len().max(64) * 2, 0);
+            }
+            let (status, read, wrote) = compress(
+                &mut self.deflate,
+                input,
+                &mut out[written..],
+                TDEFLFlush::Finish,
+            );
+            written += wrote;
+            input = &input[read..];
+            match status {
+                TDEFLStatus::Done => break,
+                TDEFLStatus::Okay => {}
+                // Only a misuse of the compressor (a bad parameter, a call
+                // after it finished) gets here; none is possible above.
+                other => unreachable!("deflate refused a bucket: {other:?}"),
+            }
+        }
+        out.truncate(written);
+        out
+    }
+}
+
+/// The frames of a bucket, uncompressed (format 2's bucket value).
+pub(super) fn encode_frames(events: &[Event]) -> Vec<u8> {
     let mut out = Vec::with_capacity(events.iter().map(|e| 12 + e.1.len()).sum());
+    write_frames(&mut out, events);
+    out
+}
+
+fn write_frames(out: &mut Vec<u8>, events: &[Event]) {
     for (seq, bytes) in events {
         out.extend_from_slice(&seq.to_be_bytes());
         out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
         out.extend_from_slice(bytes);
     }
-    out
 }
 
-/// Decodes a bucket; anything but a whole sequence of frames is an error.
-pub(super) fn decode_bucket(mut bytes: &[u8]) -> Result<Vec<Event>, String> {
+/// Decodes a bucket in either form; anything but a whole sequence of
+/// frames (after inflating, of exactly the length it claims) is an error.
+pub(super) fn decode_bucket(bytes: &[u8]) -> Result<Vec<Event>, String> {
+    match bytes.split_first() {
+        Some((&DEFLATED, rest)) => {
+            let (len, packed) = rest
+                .split_first_chunk::<4>()
+                .ok_or("a compressed bucket cut short in its length")?;
+            let len = u32::from_le_bytes(*len) as usize;
+            if len > MAX_FRAMES {
+                return Err(format!("a compressed bucket claims {len} bytes"));
+            }
+            let frames = miniz_oxide::inflate::decompress_to_vec_with_limit(packed, len)
+                .map_err(|e| format!("a compressed bucket does not inflate: {e}"))?;
+            if frames.len() != len {
+                return Err(format!(
+                    "a compressed bucket inflates to {} bytes, not the {len} it claims",
+                    frames.len()
+                ));
+            }
+            decode_frames(&frames)
+        }
+        _ => decode_frames(bytes),
+    }
+}
+
+fn decode_frames(mut bytes: &[u8]) -> Result<Vec<Event>, String> {
     let mut events = Vec::new();
     while !bytes.is_empty() {
         if bytes.len() < 12 {
@@ -82,7 +199,7 @@ mod tests {
     #[test]
     fn every_cut_inside_an_event_is_rejected() {
         let events = vec![(7, b"abc".to_vec()), (9, vec![]), (10, vec![1; 300])];
-        let bytes = encode_bucket(&events);
+        let bytes = encode_frames(&events);
         let boundaries = [0, 15, 27, bytes.len()];
         for cut in 0..bytes.len() {
             let decoded = decode_bucket(&bytes[..cut]);
@@ -97,8 +214,83 @@ mod tests {
 
     #[test]
     fn out_of_order_frames_are_rejected() {
-        let bytes = encode_bucket(&[(9, vec![]), (7, vec![])]);
-        assert!(decode_bucket(&bytes).is_err());
+        let events = [(9, vec![]), (7, vec![])];
+        assert!(decode_bucket(&encode_frames(&events)).is_err());
+        assert!(decode_bucket(&encode_bucket(&events)).is_err());
+    }
+
+    #[test]
+    fn both_forms_decode_and_compression_pays() {
+        // Events as a bucket holds them: the same tool, run and key again
+        // and again, as the audit trail's events are.
+        let events: Vec<Event> = (32..64)
+            .map(|seq| {
+                let body = format!("intent send_email run-7 key-{:04} worker-a", seq / 3);
+                (seq, body.into_bytes())
+            })
+            .collect();
+        let frames = encode_frames(&events);
+        let packed = encode_bucket(&events);
+        assert_eq!(packed[0], DEFLATED);
+        assert_eq!(decode_bucket(&frames).unwrap(), events);
+        assert_eq!(decode_bucket(&packed).unwrap(), events);
+        // One packer for bucket after bucket writes what a fresh one does.
+        let mut packer = Packer::new();
+        let other = [(1, vec![9; 5000]), (2, b"x".to_vec())];
+        assert_eq!(packer.encode(&other), encode_bucket(&other));
+        assert_eq!(packer.encode(&events), packed);
+        assert_eq!(packer.encode(&[]), encode_bucket(&[]));
+        assert_eq!(decode_bucket(&packer.encode(&[])).unwrap(), vec![]);
+        assert!(
+            packed.len() * 2 < frames.len(),
+            "{} compressed bytes of {}",
+            packed.len(),
+            frames.len()
+        );
+    }
+
+    #[test]
+    fn every_cut_of_a_compressed_bucket_is_rejected() {
+        let events = vec![(7, b"abc".to_vec()), (9, vec![]), (10, vec![1; 300])];
+        let bytes = encode_bucket(&events);
+        // Cut at zero is the empty bucket, valid in either form.
+        for cut in 1..bytes.len() {
+            assert!(
+                decode_bucket(&bytes[..cut]).is_err(),
+                "cut at {cut} of {} must be rejected",
+                bytes.len()
+            );
+        }
+    }
+
+    #[test]
+    fn hostile_compressed_buckets_are_rejected() {
+        let events = vec![(7, b"abc".to_vec()), (10, vec![1; 300])];
+        let good = encode_bucket(&events);
+        let with_len = |len: u32| {
+            let mut b = good.clone();
+            b[1..5].copy_from_slice(&len.to_le_bytes());
+            b
+        };
+        let real = u32::from_le_bytes(good[1..5].try_into().unwrap());
+        // A length past the bound is refused before anything is allocated.
+        let err = decode_bucket(&with_len(u32::MAX)).unwrap_err();
+        assert!(err.contains("claims"), "{err}");
+        // One byte short: the stream holds more than it claims.
+        assert!(decode_bucket(&with_len(real - 1)).is_err());
+        // One byte long: the stream ends before the length it claims.
+        assert!(decode_bucket(&with_len(real + 1)).is_err());
+        // A stream that is not deflate at all.
+        let mut junk = good[..5].to_vec();
+        junk.extend_from_slice(&[0xff; 40]);
+        assert!(decode_bucket(&junk).is_err());
+        // A stream that inflates well to bytes that are not frames.
+        let mut not_frames = vec![DEFLATED];
+        let inner = vec![0xab; 11];
+        not_frames.extend_from_slice(&(inner.len() as u32).to_le_bytes());
+        not_frames.extend(miniz_oxide::deflate::compress_to_vec(&inner, LEVEL));
+        let err = decode_bucket(&not_frames).unwrap_err();
+        assert!(err.contains("stray"), "{err}");
     }
 
     #[test]
@@ -107,7 +299,7 @@ mod tests {
         merge(&mut bucket, vec![(2, vec![2]), (3, vec![3])]);
         merge(&mut bucket, vec![(2, vec![2])]);
         assert_eq!(bucket, vec![(1, vec![1]), (2, vec![2]), (3, vec![3])]);
-        assert_eq!(bucket_of(33), 32);
-        assert_eq!(bucket_of(31), 0);
+        assert_eq!(bucket_of(129), 128);
+        assert_eq!(bucket_of(127), 0);
     }
 }

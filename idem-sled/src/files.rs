@@ -19,8 +19,14 @@ pub(super) const CHECKPOINT: &str = "idem-checkpoint";
 pub(super) const LOG_END: &str = "idem-log-end";
 
 pub(super) const MAGIC: &str = "idem-journal";
-/// Version of the journal's directory format written by this build.
-pub(super) const FORMAT: u32 = 2;
+/// Version of the journal's directory format written by this build: 3
+/// stores the audit stream in buckets of 128 sequence numbers, compressed
+/// (`events.rs`).
+pub(super) const FORMAT: u32 = 3;
+/// The previous format, which this build opens, converts and marks
+/// [`FORMAT`]: the same files, with audit buckets of 32 numbers,
+/// uncompressed.
+pub(super) const FORMAT_2: u32 = 2;
 
 /// What identifies a journal directory as ours.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,7 +12,8 @@
 //!    others can read it;
 //! 2. `idem-meta`: written first when the journal is created, so a
 //!    directory without it holds nothing acknowledged; a newer format is
-//!    refused untouched;
+//!    refused untouched; format 2 is read, its audit buckets rewritten
+//!    before the log is applied, and marked format 3 once sled is durable;
 //! 3. the log segments since the last checkpoint, read under the damage
 //!    rules (only a torn tail of the newest segment may be dropped);
 //! 4. sled, then the segments applied to it, then sled's content checked
@@ -170,12 +171,15 @@ impl SledJournal {
         warn_if_readable_by_others(&path);
 
         // 2. What the directory is.
+        let mut upgrade = None;
         match files::read::<Meta>(&path, files::META, Kind::Meta)? {
             Some(meta) => {
                 if meta.magic != files::MAGIC {
                     return Err(not_journal(format!("its metadata names {:?}", meta.magic)));
                 }
-                if meta.format != files::FORMAT {
+                if meta.format == files::FORMAT_2 {
+                    upgrade = Some(meta);
+                } else if meta.format != files::FORMAT {
                     return Err(Error::UnsupportedFormat {
                         path,
                         found: meta.format,
@@ -290,6 +294,7 @@ impl SledJournal {
             checkpoint: &checkpoint,
             segments: &segments,
             units: &units,
+            regroup: upgrade.is_some(),
         })?;
         let (trees, applied, expected, last_seq) =
             (opened.trees, opened.applied, opened.digest, opened.last_seq);
@@ -298,6 +303,21 @@ impl SledJournal {
         // copy that repairs sled) except those an image covers, whose
         // removal was cut short.
         apply::sync_sled(&path, &trees).map_err(storage("make sled durable"))?;
+        // A journal of format 2 is marked format 3 once sled holds its
+        // rewritten buckets durably: until then, the next open rewrites
+        // again (and finishes what a crash cut short). A build that reads
+        // only format 2 refuses it from here on.
+        if let Some(old) = upgrade {
+            files::write(
+                &path,
+                files::META,
+                Kind::Meta,
+                &Meta {
+                    format: files::FORMAT,
+                    ..old
+                },
+            )?;
+        }
         let cp = Checkpoint {
             gen: last_gen,
             xor: expected.xor,
@@ -659,6 +679,7 @@ impl Drop for SledJournal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events;
     use idem_journal::journal::{ClaimChange, Expect};
 
     const K: Digest = [3; 32];
@@ -697,6 +718,157 @@ mod tests {
         assert!(err.to_string().contains(&dir.path().display().to_string()));
         // Nothing was touched by the failed open: not sled, not the log.
         assert_eq!(snapshot(dir.path()), before);
+    }
+
+    /// A journal with `n` events, all of them in sled, rewritten as format
+    /// 2 stored them (buckets of 32 numbers, plain frames, metadata saying
+    /// 2) except its first `converted` buckets of this build, as if a
+    /// conversion had been cut short there. Returns the events' bodies.
+    fn format_2_journal(dir: &Path, n: u32, converted: u64) -> Vec<Vec<u8>> {
+        let bodies: Vec<Vec<u8>> = (0..n)
+            .map(|i| format!("event {i} of run-7, tool send_email").into_bytes())
+            .collect();
+        {
+            let j = SledJournal::open(dir).unwrap();
+            for b in &bodies {
+                let e = [NewEvent {
+                    key: None,
+                    bytes: b,
+                }];
+                block(j.append(&e, Durability::Immediate)).unwrap();
+            }
+        }
+        // Opening applies the log to sled: every event is in a bucket now.
+        drop(SledJournal::open(dir).unwrap());
+        repair::wait_until_sled_lets_go(dir);
+        let db = sled::open(dir).unwrap();
+        let audit = db.open_tree("audit").unwrap();
+        let mut all = Vec::new();
+        for item in audit.iter() {
+            let (k, v) = item.unwrap();
+            assert_eq!(v[0], events::DEFLATED, "this build compresses");
+            all.extend(events::decode_bucket(&v).unwrap());
+            audit.remove(k).unwrap();
+        }
+        assert_eq!(all.len(), n as usize);
+        for chunk in all.chunk_by(|a, b| a.0 / 32 == b.0 / 32) {
+            let key = chunk[0].0 - chunk[0].0 % 32;
+            if key < converted * events::BUCKET {
+                let group = events::bucket_of(key);
+                let mut bucket = match audit.get(group.to_be_bytes()).unwrap() {
+                    Some(v) => events::decode_bucket(&v).unwrap(),
+                    None => vec![],
+                };
+                events::merge(&mut bucket, chunk.to_vec());
+                audit
+                    .insert(group.to_be_bytes(), events::encode_bucket(&bucket))
+                    .unwrap();
+            } else {
+                audit
+                    .insert(key.to_be_bytes(), events::encode_frames(chunk))
+                    .unwrap();
+            }
+        }
+        db.flush().unwrap();
+        drop((audit, db));
+        repair::wait_until_sled_lets_go(dir);
+        let meta: Meta = files::read(dir, files::META, Kind::Meta).unwrap().unwrap();
+        let old = Meta {
+            format: files::FORMAT_2,
+            ..meta
+        };
+        files::write(dir, files::META, Kind::Meta, &old).unwrap();
+        bodies
+    }
+
+    /// The audit tree's keys, and whether each value is compressed.
+    fn audit_layout(dir: &Path) -> Vec<(u64, bool)> {
+        repair::wait_until_sled_lets_go(dir);
+        let db = sled::open(dir).unwrap();
+        let audit = db.open_tree("audit").unwrap();
+        let out = audit
+            .iter()
+            .map(|item| {
+                let (k, v) = item.unwrap();
+                let key = u64::from_be_bytes(k.as_ref().try_into().unwrap());
+                (key, v[0] == events::DEFLATED)
+            })
+            .collect();
+        drop((audit, db));
+        repair::wait_until_sled_lets_go(dir);
+        out
+    }
+
+    fn all_events(j: &SledJournal) -> Vec<Vec<u8>> {
+        block(j.events(0, 10_000))
+            .unwrap()
+            .into_iter()
+            .map(|e| e.1)
+            .collect()
+    }
+
+    #[test]
+    fn a_format_2_journal_is_rewritten_read_whole_and_marked_format_3() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let bodies = format_2_journal(dir.path(), 300, 0);
+        let old = audit_layout(dir.path());
+        assert_eq!(old.len(), 10, "{old:?}");
+        assert!(old.iter().all(|(k, packed)| k % 32 == 0 && !packed));
+
+        let j = SledJournal::open(dir.path()).unwrap();
+        let meta: Meta = files::read(dir.path(), files::META, Kind::Meta)
+            .unwrap()
+            .unwrap();
+        assert_eq!(meta.format, files::FORMAT);
+        // Converted, not taken for damage and rebuilt from the image.
+        let aside: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(repair::SET_ASIDE))
+            .collect();
+        assert!(aside.is_empty(), "sled was set aside: {aside:?}");
+        assert_eq!(all_events(&j), bodies);
+        // New events join the last bucket; all read after a reopen.
+        let more = b"one more".to_vec();
+        let e = [NewEvent {
+            key: None,
+            bytes: &more,
+        }];
+        block(j.append(&e, Durability::Immediate)).unwrap();
+        drop(j);
+        let j = SledJournal::open(dir.path()).unwrap();
+        let stored = all_events(&j);
+        let at = stored.iter().position(|e| *e == more);
+        assert_eq!(
+            (stored.len(), at),
+            (301, Some(300)),
+            "the new event's place"
+        );
+        assert!(stored[..300] == bodies[..], "the old events changed");
+        drop(j);
+        assert_eq!(
+            audit_layout(dir.path()),
+            [(0, true), (128, true), (256, true)]
+        );
+    }
+
+    #[test]
+    fn a_conversion_cut_short_is_finished_by_the_next_open() {
+        let dir = tempfile::TempDir::new().unwrap();
+        // Two of three buckets converted, the third still in format 2's
+        // buckets (a batch is atomic: no bucket is half converted).
+        let bodies = format_2_journal(dir.path(), 300, 2);
+        assert_eq!(
+            audit_layout(dir.path()),
+            [(0, true), (128, true), (256, false), (288, false)]
+        );
+        let j = SledJournal::open(dir.path()).unwrap();
+        assert_eq!(all_events(&j), bodies);
+        drop(j);
+        assert_eq!(
+            audit_layout(dir.path()),
+            [(0, true), (128, true), (256, true)]
+        );
     }
 
     #[cfg(unix)]

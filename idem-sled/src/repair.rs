@@ -52,6 +52,9 @@ pub(super) struct Found<'a> {
     pub checkpoint: &'a Checkpoint,
     pub segments: &'a [(u64, PathBuf)],
     pub units: &'a [Unit],
+    /// The journal is of format 2: its audit buckets are rewritten
+    /// ([`apply::regroup`]) before the log is applied to them.
+    pub regroup: bool,
 }
 
 /// Opens sled, applies the log since the checkpoint and checks the result;
@@ -65,6 +68,16 @@ pub(super) fn open(found: &Found<'_>) -> Result<Opened, Error> {
         .map_err(|e| Error::storage("remove a partial snapshot", found.location, e))?;
     let first = catch_sled_panic(found.path, || {
         let trees = found.open_sled()?;
+        if found.regroup {
+            let written = apply::regroup(&trees)
+                .map_err(|f| found.failed("rewrite the audit buckets of format 2", f))?;
+            tracing::info!(
+                target: "idem::journal",
+                location = %found.location,
+                buckets = written,
+                "journal of format 2: audit buckets rewritten compressed"
+            );
+        }
         let applied = found.apply(&trees, found.units, "replay the write-ahead log")?;
         found.check(trees, applied)
     });
