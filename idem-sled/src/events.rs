@@ -111,6 +111,7 @@ impl Packer {
 }
 
 /// The frames of a bucket, uncompressed (format 2's bucket value).
+#[cfg(any(test, feature = "fuzzing"))]
 pub(super) fn encode_frames(events: &[Event]) -> Vec<u8> {
     let mut out = Vec::with_capacity(events.iter().map(|e| 12 + e.1.len()).sum());
     write_frames(&mut out, events);
