@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use crate::apply;
 use crate::files::{self, Checkpoint, Meta};
+use crate::memory;
 use crate::store::{Store, Tuning};
 use crate::wal::{self, Tree, Unit};
 use crate::{image, repair};
@@ -356,6 +357,9 @@ impl SledJournal {
             },
         )
         .map_err(storage("start the write-ahead log"))?;
+        // The content check read every entry of sled: give back what it
+        // freed.
+        memory::release();
         Ok(SledJournal {
             store: Some(store),
             location,
@@ -673,6 +677,7 @@ impl Drop for SledJournal {
         }
         drop(store);
         repair::wait_until_sled_lets_go(&self.path);
+        memory::release();
     }
 }
 

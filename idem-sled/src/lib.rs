@@ -19,6 +19,7 @@ mod files;
 pub mod fuzzing;
 mod image;
 mod journal;
+mod memory;
 mod repair;
 mod store;
 mod stored;

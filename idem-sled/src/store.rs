@@ -1022,6 +1022,9 @@ impl Store {
                         "writing the journal's image failed; the log is kept and a later checkpoint retries"
                     ),
                 }
+                drop(st);
+                // The image read all of sled through its cache.
+                crate::memory::release();
             });
         match spawned {
             // `imaging` was false: the previous one has finished.
