@@ -20,9 +20,7 @@
 //! hold events one by one, and the content digest covers each event's own
 //! bytes, so it does not depend on how a bucket is stored.
 
-use miniz_oxide::deflate::core::{
-    compress, create_comp_flags_from_zip_params, CompressorOxide, TDEFLFlush, TDEFLStatus,
-};
+use crate::deflate::{self, Deflater};
 
 /// The first byte of a compressed bucket. A frame-format bucket starts with
 /// the top byte of its first sequence number, which never reaches this.
@@ -57,19 +55,17 @@ pub(super) fn encode_bucket(events: &[Event]) -> Vec<u8> {
     Packer::new().encode(events)
 }
 
-/// Compresses buckets one after another with one compressor: its tables
-/// (a few hundred KiB) are allocated once per checkpoint, not per bucket,
-/// which would churn the allocator on every bucket a checkpoint rewrites.
+/// Compresses buckets one after another with one compressor (see
+/// [`Deflater`]).
 pub(super) struct Packer {
-    deflate: Box<CompressorOxide>,
+    deflate: Deflater,
     frames: Vec<u8>,
 }
 
 impl Packer {
     pub(super) fn new() -> Packer {
-        let flags = create_comp_flags_from_zip_params(LEVEL.into(), 0, 0);
         Packer {
-            deflate: Box::new(CompressorOxide::new(flags)),
+            deflate: Deflater::new(LEVEL),
             frames: Vec::new(),
         }
     }
@@ -79,33 +75,10 @@ impl Packer {
     pub(super) fn encode(&mut self, events: &[Event]) -> Vec<u8> {
         self.frames.clear();
         write_frames(&mut self.frames, events);
-        self.deflate.reset();
         let mut out = Vec::with_capacity(64 + self.frames.len() / 2);
         out.push(DEFLATED);
         out.extend_from_slice(&(self.frames.len() as u32).to_le_bytes());
-        let mut input = &self.frames[..];
-        let mut written = out.len();
-        loop {
-            if out.len() - written < 64 {
-                out.resize(out.len().max(64) * 2, 0);
-            }
-            let (status, read, wrote) = compress(
-                &mut self.deflate,
-                input,
-                &mut out[written..],
-                TDEFLFlush::Finish,
-            );
-            written += wrote;
-            input = &input[read..];
-            match status {
-                TDEFLStatus::Done => break,
-                TDEFLStatus::Okay => {}
-                // Only a misuse of the compressor (a bad parameter, a call
-                // after it finished) gets here; none is possible above.
-                other => unreachable!("deflate refused a bucket: {other:?}"),
-            }
-        }
-        out.truncate(written);
+        self.deflate.compress_into(&self.frames, &mut out);
         out
     }
 }
@@ -135,17 +108,7 @@ pub(super) fn decode_bucket(bytes: &[u8]) -> Result<Vec<Event>, String> {
                 .split_first_chunk::<4>()
                 .ok_or("a compressed bucket cut short in its length")?;
             let len = u32::from_le_bytes(*len) as usize;
-            if len > MAX_FRAMES {
-                return Err(format!("a compressed bucket claims {len} bytes"));
-            }
-            let frames = miniz_oxide::inflate::decompress_to_vec_with_limit(packed, len)
-                .map_err(|e| format!("a compressed bucket does not inflate: {e}"))?;
-            if frames.len() != len {
-                return Err(format!(
-                    "a compressed bucket inflates to {} bytes, not the {len} it claims",
-                    frames.len()
-                ));
-            }
+            let frames = deflate::inflate_exact(packed, len, MAX_FRAMES, "a compressed bucket")?;
             decode_frames(&frames)
         }
         _ => decode_frames(bytes),

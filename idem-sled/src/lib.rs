@@ -6,11 +6,12 @@
 //! `wal.rs`, with group commit); `image.rs` and the kept log are a second
 //! copy of sled's content, from which `repair.rs` rebuilds sled when a
 //! power cut damaged it; `files.rs`, `stored.rs`, `events.rs`,
-//! `digest.rs` and `apply.rs` are what those share.
+//! `deflate.rs`, `digest.rs` and `apply.rs` are what those share.
 
 #![warn(missing_docs)]
 
 mod apply;
+mod deflate;
 mod digest;
 mod events;
 mod files;

@@ -46,11 +46,16 @@ use idem_journal::record::Kind;
 pub(super) const BACKLOG: u64 = 2;
 
 /// A new image is written once the segments kept since the last one hold
-/// more than that image's size, and at least this many segments' worth
-/// (`checkpoint_bytes` each): the log kept beside the image stays within
-/// about the size of the content, and each image costs about one more
-/// write of it, spread over as much logging.
+/// more than [`LOG_PER_IMAGE`] times that image's size, and at least this
+/// many segments' worth (`checkpoint_bytes` each).
 pub(super) const IMAGE_AFTER: u64 = 4;
+
+/// How many times its image's size the log kept beside it may grow to. The
+/// image is compressed (to about a third of the content's size in the
+/// log's format): at 2, the kept log stays below the content's size, and
+/// each image (a read and a compression of all of sled) is paid for by
+/// logging about as much as that content again.
+pub(super) const LOG_PER_IMAGE: u64 = 2;
 
 /// Tunables of a store.
 #[derive(Debug, Clone, Copy)]
@@ -962,7 +967,7 @@ impl Store {
                     st.overlay.retain(|_, p| p.lsn > covered);
                     st.tail.retain(|e| e.lsn > covered);
                     let due = kept
-                        > st.image_bytes
+                        > (LOG_PER_IMAGE * st.image_bytes)
                             .max(IMAGE_AFTER * self.tuning.checkpoint_bytes);
                     if due && !st.imaging && !self.closing.load(Ordering::Relaxed) {
                         st.imaging = true;

@@ -161,8 +161,14 @@ pub(super) fn encode_unit(
 
 /// A segment's header for generation `gen`.
 pub(super) fn header(gen: u64) -> [u8; HEADER_LEN] {
+    header_with(MAGIC, gen)
+}
+
+/// A header of the segment's layout with another file's magic (the
+/// image's).
+pub(super) fn header_with(magic: &[u8; 8], gen: u64) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
-    h[..8].copy_from_slice(MAGIC);
+    h[..8].copy_from_slice(magic);
     h[8..16].copy_from_slice(&gen.to_le_bytes());
     let crc = crc32(&h[..16]);
     h[16..].copy_from_slice(&crc.to_le_bytes());
@@ -215,7 +221,7 @@ impl<'a> Reader<'a> {
 }
 
 /// Decodes a unit body whose checksum matched.
-fn decode_body(body: &[u8]) -> Option<Unit> {
+pub(super) fn decode_body(body: &[u8]) -> Option<Unit> {
     let mut r = Reader { b: body };
     let lsn = r.u64()?;
     let xor = r.u64()?;

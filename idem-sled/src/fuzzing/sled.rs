@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use super::frames::Outcome;
+use crate::deflate::Deflater;
 use crate::events;
+use crate::image;
 use crate::stored::{self, Header};
 use crate::wal::{self, Change, Segment, Tree, Unit, HEADER_LEN};
 use idem_journal::journal::Owner;
@@ -17,6 +19,8 @@ pub(crate) const NEWEST: u8 = 1;
 pub(crate) const CHUNKS: u8 = 2;
 /// Flag of [`wal()`]'s first byte (raw mode): put a valid header first.
 pub(crate) const HEADER: u8 = 4;
+/// Flag of [`wal()`]'s first byte: the rest is chunks of an image's units.
+pub(crate) const IMAGE: u8 = 8;
 
 /// The write-ahead-log reader (`wal::read_segment`) on arbitrary bytes.
 ///
@@ -42,10 +46,19 @@ pub(crate) const HEADER: u8 = 4;
 /// - a cut inside the valid prefix keeps exactly the units that end before
 ///   it, or (when a valid unit appears inside the cut one) is damage at the
 ///   cut unit.
+///
+/// With flag `IMAGE` (8) the chunks are an image's units instead (after
+/// the header, `image::read_units`): with an even tag the harness
+/// compresses the bytes as a unit body and frames them (lsn set to follow
+/// the previous chunk's with `tag & 2`). Properties: no panic; units that
+/// read are numbered from 1, and framed again they read back the same.
 pub fn wal(data: &[u8]) -> Outcome {
     let Some((&[flags, gen, first_lsn, garbage_len], rest)) = data.split_first_chunk::<4>() else {
         return Outcome::Rejected;
     };
+    if flags & IMAGE != 0 {
+        return image_units(rest);
+    }
     let (gen, first_lsn) = (u64::from(gen), u64::from(first_lsn));
     let newest = flags & NEWEST != 0;
     let (body, garbage) = rest.split_at(rest.len() - usize::from(garbage_len).min(rest.len()));
@@ -214,6 +227,45 @@ fn chunked_segment(gen: u64, first_lsn: u64, mut body: &[u8]) -> Vec<u8> {
     out
 }
 
+/// [`wal()`] in `IMAGE` mode.
+fn image_units(mut body: &[u8]) -> Outcome {
+    let mut deflate = Deflater::new(1);
+    let mut bytes = Vec::new();
+    let mut lsn = 1u64;
+    while let Some((&[tag, lo, hi], rest)) = body.split_first_chunk::<3>() {
+        let n = usize::from(u16::from_le_bytes([lo, hi])).min(rest.len());
+        let (chunk, rest) = rest.split_at(n);
+        body = rest;
+        if tag & 1 == 1 {
+            bytes.extend_from_slice(chunk);
+            continue;
+        }
+        let mut chunk = chunk.to_vec();
+        if tag & 2 != 0 && chunk.len() >= 8 {
+            chunk[..8].copy_from_slice(&lsn.to_le_bytes());
+        }
+        lsn = lsn.wrapping_add(1);
+        image::frame_unit(&mut deflate, &chunk, &mut bytes).expect("a small unit frames");
+    }
+    let Ok(units) = image::read_units(&bytes) else {
+        return Outcome::Rejected;
+    };
+    let mut again = Vec::new();
+    for (i, unit) in units.iter().enumerate() {
+        assert_eq!(unit.lsn, i as u64 + 1, "image units out of sequence");
+        let changes: Vec<Change<&[u8]>> = unit.changes.iter().map(wal::borrow).collect();
+        let mut plain = Vec::new();
+        wal::encode_unit(&mut plain, unit.lsn, unit.xor, unit.count, &changes);
+        image::frame_unit(&mut deflate, &plain[8..], &mut again).expect("a read unit frames");
+    }
+    assert_eq!(
+        image::read_units(&again).as_ref().ok(),
+        Some(&units),
+        "image units framed again read differently"
+    );
+    Outcome::Decoded
+}
+
 /// The sled journal's value decoders: audit buckets (`events::decode_bucket`)
 /// and record headers (`stored::decode`).
 ///
@@ -327,6 +379,13 @@ pub(crate) fn wal_seeds() -> Vec<(String, Vec<u8>)> {
         chunks.extend_from_slice(&(body.len() as u16).to_le_bytes());
         chunks.extend_from_slice(body);
     }
+    let mut image = vec![IMAGE, 0, 0, 0];
+    for u in &units {
+        let body = &u[8..];
+        image.push(2);
+        image.extend_from_slice(&(body.len() as u16).to_le_bytes());
+        image.extend_from_slice(body);
+    }
     // The second unit cut short: a torn tail.
     let torn = &units[1][..units[1].len() / 2];
     vec![
@@ -334,6 +393,7 @@ pub(crate) fn wal_seeds() -> Vec<(String, Vec<u8>)> {
         ("segment-older".into(), raw(0, &[])),
         ("segment-torn-garbage".into(), raw(NEWEST, torn)),
         ("chunks".into(), chunks),
+        ("image-units".into(), image),
     ]
 }
 
