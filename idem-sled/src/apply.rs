@@ -75,6 +75,10 @@ pub(super) struct Trees {
     /// Indexed by [`Tree`].
     pub trees: Vec<sled::Tree>,
     pub audit: sled::Tree,
+    /// Makes the next read of the audit stream for the content check
+    /// panic, as sled does on some damage.
+    #[cfg(test)]
+    pub panic_in_audit_scan: std::sync::atomic::AtomicBool,
 }
 
 impl Trees {
@@ -84,7 +88,13 @@ impl Trees {
             trees.push(db.open_tree(t.name())?);
         }
         let audit = db.open_tree("audit")?;
-        Ok(Trees { db, trees, audit })
+        Ok(Trees {
+            db,
+            trees,
+            audit,
+            #[cfg(test)]
+            panic_in_audit_scan: Default::default(),
+        })
     }
 
     pub(super) fn tree(&self, t: Tree) -> &sled::Tree {
@@ -257,6 +267,34 @@ fn truncate(trees: &Trees, before: u64) -> Result<(), Failed> {
 /// The digest of everything sled holds, and the last audit sequence number
 /// in it. Reads every entry: this is what opening a journal costs.
 pub(super) fn scan_digest(trees: &Trees) -> Result<(Digest, Option<u64>), Failed> {
+    // The digest is an XOR and a count, so parts of the content can be
+    // read on their own threads and folded in any order: the records on
+    // one, the audit stream (most of the bytes, and all the inflating) on
+    // another. A panic of sled's on one of them goes on unwinding here, as
+    // it would have without the thread.
+    std::thread::scope(|scope| {
+        let audit = scope.spawn(|| {
+            #[cfg(test)]
+            if trees
+                .panic_in_audit_scan
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
+            {
+                panic!("injected: cannot find pid 9 in view_for_key");
+            }
+            scan_audit(&trees.audit)
+        });
+        let records = scan_records(trees);
+        let audit = audit
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let (mut d, last) = audit?;
+        let records = records?;
+        d.apply(records.xor, records.count);
+        Ok((d, last))
+    })
+}
+
+fn scan_records(trees: &Trees) -> Result<Digest, Failed> {
     let mut d = Digest::default();
     for t in Tree::ALL {
         for item in trees.tree(t).iter() {
@@ -264,20 +302,21 @@ pub(super) fn scan_digest(trees: &Trees) -> Result<(Digest, Option<u64>), Failed
             d.add(digest::entry_hash(t as u8, &k, &v));
         }
     }
+    Ok(d)
+}
+
+fn scan_audit(audit: &sled::Tree) -> Result<(Digest, Option<u64>), Failed> {
+    let mut d = Digest::default();
     let mut last = None;
-    for item in trees.audit.iter() {
+    for item in audit.iter() {
         let (k, v) = item?;
-        let bucket = events::decode_bucket(&v).map_err(|e| {
+        events::visit_bucket(&v, |seq, bytes| {
+            d.add(digest::entry_hash(digest::AUDIT, &seq.to_be_bytes(), bytes));
+            last = Some(seq);
+        })
+        .map_err(|e| {
             Failed::Damaged(format!("audit bucket {}: {e}", idem_journal::key::hex(&k)))
         })?;
-        for (seq, bytes) in bucket {
-            d.add(digest::entry_hash(
-                digest::AUDIT,
-                &seq.to_be_bytes(),
-                &bytes,
-            ));
-            last = Some(seq);
-        }
     }
     Ok((d, last))
 }
@@ -326,6 +365,33 @@ mod tests {
         let db = sled::Config::new().path(dir.path()).open().unwrap();
         let trees = Trees::open(db).unwrap();
         (dir, trees)
+    }
+
+    #[test]
+    fn the_content_check_reads_on_two_threads_and_a_panic_of_sled_still_reaches_the_caller() {
+        let (_dir, t) = trees();
+        t.tree(Tree::Ops).insert(b"k", &b"v"[..]).unwrap();
+        let events = vec![(1, b"x".to_vec()), (2, b"y".to_vec())];
+        t.audit
+            .insert(0u64.to_be_bytes(), events::encode_bucket(&events))
+            .unwrap();
+        let mut expected = Digest::default();
+        expected.add(digest::entry_hash(Tree::Ops as u8, b"k", b"v"));
+        for (seq, bytes) in &events {
+            expected.add(digest::entry_hash(digest::AUDIT, &seq.to_be_bytes(), bytes));
+        }
+        assert_eq!(scan_digest(&t).unwrap(), (expected, Some(2)));
+        // sled panics on some damage; the open turns that into an error
+        // (`repair::catch_sled_panic`) only if the panic reaches it.
+        t.panic_in_audit_scan
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scan_digest(&t)));
+        let panic = caught.expect_err("the audit thread's panic went missing");
+        assert!(
+            panic_text(&panic).contains("injected"),
+            "{}",
+            panic_text(&panic)
+        );
     }
 
     #[test]

@@ -102,6 +102,15 @@ fn write_frames(out: &mut Vec<u8>, events: &[Event]) {
 /// Decodes a bucket in either form; anything but a whole sequence of
 /// frames (after inflating, of exactly the length it claims) is an error.
 pub(super) fn decode_bucket(bytes: &[u8]) -> Result<Vec<Event>, String> {
+    let mut events = Vec::new();
+    visit_bucket(bytes, |seq, body| events.push((seq, body.to_vec())))?;
+    Ok(events)
+}
+
+/// Calls `f` with each event of a bucket in either form, in order, without
+/// copying them (the content check reads every event of the journal); the
+/// same checks as [`decode_bucket`], which may fail after some calls.
+pub(super) fn visit_bucket(bytes: &[u8], f: impl FnMut(u64, &[u8])) -> Result<(), String> {
     match bytes.split_first() {
         Some((&DEFLATED, rest)) => {
             let (len, packed) = rest
@@ -109,14 +118,14 @@ pub(super) fn decode_bucket(bytes: &[u8]) -> Result<Vec<Event>, String> {
                 .ok_or("a compressed bucket cut short in its length")?;
             let len = u32::from_le_bytes(*len) as usize;
             let frames = deflate::inflate_exact(packed, len, MAX_FRAMES, "a compressed bucket")?;
-            decode_frames(&frames)
+            visit_frames(&frames, f)
         }
-        _ => decode_frames(bytes),
+        _ => visit_frames(bytes, f),
     }
 }
 
-fn decode_frames(mut bytes: &[u8]) -> Result<Vec<Event>, String> {
-    let mut events = Vec::new();
+fn visit_frames(mut bytes: &[u8], mut f: impl FnMut(u64, &[u8])) -> Result<(), String> {
+    let mut prev: Option<u64> = None;
     while !bytes.is_empty() {
         if bytes.len() < 12 {
             return Err(format!("{} stray bytes after the last event", bytes.len()));
@@ -129,13 +138,14 @@ fn decode_frames(mut bytes: &[u8]) -> Result<Vec<Event>, String> {
                 bytes.len() - 12
             )
         })?;
-        if events.last().is_some_and(|(prev, _): &Event| *prev >= seq) {
+        if prev.is_some_and(|p| p >= seq) {
             return Err(format!("event {seq} out of order"));
         }
-        events.push((seq, body.to_vec()));
+        prev = Some(seq);
+        f(seq, body);
         bytes = &bytes[12 + len..];
     }
-    Ok(events)
+    Ok(())
 }
 
 /// Inserts `new` (sorted) into `bucket` (sorted), keeping one copy of each
