@@ -663,7 +663,11 @@ impl Drop for SledJournal {
             tracing::warn!(target: "idem::journal", location = %self.location, error = %e, "closing: the last writes could not be made durable");
         }
         store.join_checkpointer();
+        // No new image from here on (one being written gives up): the
+        // journal is going away.
+        store.stop_imaging();
         if synced.is_ok() {
+            store.checkpoint_at_close();
             // Where the log is durable now: the next open refuses a log that
             // ends before it (acknowledged units lost to a cut), instead of
             // reading the cut as a torn tail. Written after the barrier, so
@@ -674,7 +678,6 @@ impl Drop for SledJournal {
                 tracing::warn!(target: "idem::journal", location = %self.location, error = %e, "closing: could not record where the log ends");
             }
         }
-        store.stop_imaging();
         // A flusher on the blocking pool holds the store (and through it
         // sled): wait until it has let go.
         store.wait_idle();
@@ -938,7 +941,49 @@ mod tests {
     }
 
     #[test]
+    fn a_clean_close_leaves_no_log_to_replay() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let j = SledJournal::open(dir.path()).unwrap();
+        for i in 0..20u8 {
+            let (key, body) = ([i; 32], [i; 64]);
+            let w = Write {
+                key: &key,
+                ..put(Expect::Absent, &body, &[])
+            };
+            assert!(matches!(block(j.write(w)).unwrap(), Written::Done { .. }));
+        }
+        drop(j);
+        // Every segment after the checkpoint is empty: the next open
+        // applies nothing, and the records are in sled.
+        let cp: Checkpoint = files::read(dir.path(), files::CHECKPOINT, Kind::Checkpoint)
+            .unwrap()
+            .unwrap();
+        let after: Vec<u64> = wal::segments(dir.path())
+            .unwrap()
+            .into_iter()
+            .filter(|(g, _)| *g > cp.gen)
+            .map(|(_, p)| fs::metadata(p).unwrap().len())
+            .collect();
+        assert_eq!(
+            after,
+            vec![wal::HEADER_LEN as u64],
+            "the log after the checkpoint"
+        );
+        let end: files::LogEnd = files::read(dir.path(), files::LOG_END, Kind::LogEnd)
+            .unwrap()
+            .unwrap();
+        assert_eq!((end.gen, end.next_lsn), (cp.gen + 1, cp.next_lsn));
+        let j = SledJournal::open(dir.path()).unwrap();
+        for i in 0..20u8 {
+            let got = block(j.load(Space::Ops, &[i; 32])).unwrap().unwrap();
+            assert_eq!(got.body, vec![i; 64]);
+        }
+    }
+
+    #[test]
     fn a_log_cut_after_a_clean_close_is_damage_not_a_torn_tail() {
+        // A clean close whose last checkpoint did not run (it failed):
+        // the log after the checkpoint holds acknowledged units.
         let dir = tempfile::TempDir::new().unwrap();
         let write_twenty = |dir: &Path| {
             let j = SledJournal::open(dir).unwrap();
@@ -950,6 +995,9 @@ mod tests {
                 };
                 assert!(matches!(block(j.write(w)).unwrap(), Written::Done { .. }));
             }
+            j.store()
+                .no_close_checkpoint
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             // A clean close.
             drop(j);
         };

@@ -569,6 +569,11 @@ fn make_snapshot() -> Snapshot {
             i == 5,
         );
     }
+    // A clean close applies its log to sled; this one leaves it as a
+    // crash does.
+    j.store()
+        .no_close_checkpoint
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     drop(j);
     // The second process died instead (its writes durable, its close not
     // recorded): the log end is still the first close's, so a cut of the
