@@ -43,10 +43,15 @@ use idem_journal::record::Kind;
 /// Options of [`SledJournal::open_with`].
 #[derive(Debug, Clone)]
 pub struct SledOptions {
-    /// sled's page cache size in bytes. Bounds the journal's memory whatever
-    /// the number of records (plus the changes since the last checkpoint,
-    /// at most about three times `checkpoint_bytes`: under a load that
-    /// outruns checkpoints, writers wait for them).
+    /// sled's page cache size in bytes (default 64 MiB): with the changes
+    /// since the last checkpoint (at most about three times
+    /// `checkpoint_bytes`: under a load that outruns checkpoints, writers
+    /// wait for them), most of an open journal's memory, whatever the
+    /// number of records. sled counts a page by its size on disk; in memory
+    /// it takes up to about twice that. sled 0.34 counts cache accesses in
+    /// batches, so a pass over every page escapes the bound: the open
+    /// reopens sled after its content check for that reason, and what an
+    /// image's pass leaves is evicted by later accesses.
     pub cache_capacity: u64,
     /// How often sled writes its buffers in the background. Durability
     /// never depends on it (the write-ahead log provides it, and sled only
