@@ -49,9 +49,9 @@ pub struct SledOptions {
     /// wait for them), most of an open journal's memory, whatever the
     /// number of records. sled counts a page by its size on disk; in memory
     /// it takes up to about twice that. sled 0.34 counts cache accesses in
-    /// batches, so a pass over every page escapes the bound: the open
-    /// reopens sled after its content check for that reason, and what an
-    /// image's pass leaves is evicted by later accesses.
+    /// batches, so a pass over every page (the open's content check, an
+    /// image) escapes the bound: what it leaves stays in memory until later
+    /// accesses count and evict it.
     pub cache_capacity: u64,
     /// How often sled writes its buffers in the background. Durability
     /// never depends on it (the write-ahead log provides it, and sled only
@@ -348,14 +348,6 @@ impl SledJournal {
         files::write(&path, files::CHECKPOINT, Kind::Checkpoint, &cp)?;
         wal::remove_up_to(&path, image_gen)
             .map_err(storage("remove log segments the image covers"))?;
-        // The content check read every page of sled, and sled 0.34's cache
-        // counts accesses in batches of 64 per shard (of 256): a pass that
-        // touches each page once leaves most of them in memory, uncounted,
-        // whatever `cache_capacity` says (135 MiB at 300,000 operations
-        // with a cache of 64 MiB). sled is durable and checkpointed here:
-        // closed and opened again (about 0.15 s, mostly freeing those
-        // pages), it starts with an empty cache.
-        let trees = repair::reopen_sled(&path, &location, settings, trees)?;
         restrict_sled_files(&path);
         let image_bytes = fs::metadata(path.join(image::IMAGE)).map_or(0, |m| m.len());
         let store = Store::start(

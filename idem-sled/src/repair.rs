@@ -100,22 +100,6 @@ fn open_sled(path: &Path, location: &str, settings: SledSettings) -> Result<Tree
     Trees::open(db).map_err(|e| Error::storage("open sled's trees", location, e))
 }
 
-/// Closes sled and opens it again, with nothing in its cache. Only for a
-/// sled that is durable and checkpointed: what it holds was checked, and a
-/// failure here (damage sled reports on opening, another process that took
-/// the directory in between) is an error, which the next open handles as
-/// it would have.
-pub(super) fn reopen_sled(
-    path: &Path,
-    location: &str,
-    settings: SledSettings,
-    trees: Trees,
-) -> Result<Trees, Error> {
-    drop(trees);
-    wait_until_sled_lets_go(path);
-    catch_sled_panic(path, || open_sled(path, location, settings))
-}
-
 impl Found<'_> {
     fn open_sled(&self) -> Result<Trees, Error> {
         open_sled(self.path, self.location, self.settings)
