@@ -937,10 +937,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_clean_close_leaves_no_log_to_replay() {
-        let dir = tempfile::TempDir::new().unwrap();
-        let j = SledJournal::open(dir.path()).unwrap();
+    /// Writes records 0..20 (key `[i; 32]`, body `[i; 64]`), each durable.
+    fn write_twenty(j: &SledJournal) {
         for i in 0..20u8 {
             let (key, body) = ([i; 32], [i; 64]);
             let w = Write {
@@ -949,6 +947,20 @@ mod tests {
             };
             assert!(matches!(block(j.write(w)).unwrap(), Written::Done { .. }));
         }
+    }
+
+    fn assert_twenty(j: &SledJournal) {
+        for i in 0..20u8 {
+            let got = block(j.load(Space::Ops, &[i; 32])).unwrap().unwrap();
+            assert_eq!(got.body, vec![i; 64], "record {i}");
+        }
+    }
+
+    #[test]
+    fn a_clean_close_leaves_no_log_to_replay() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let j = SledJournal::open(dir.path()).unwrap();
+        write_twenty(&j);
         drop(j);
         // Every segment after the checkpoint is empty: the next open
         // applies nothing, and the records are in sled.
@@ -971,10 +983,30 @@ mod tests {
             .unwrap();
         assert_eq!((end.gen, end.next_lsn), (cp.gen + 1, cp.next_lsn));
         let j = SledJournal::open(dir.path()).unwrap();
-        for i in 0..20u8 {
-            let got = block(j.load(Space::Ops, &[i; 32])).unwrap().unwrap();
-            assert_eq!(got.body, vec![i; 64]);
-        }
+        assert_twenty(&j);
+    }
+
+    #[test]
+    fn a_close_whose_last_checkpoint_fails_leaves_the_log_to_the_next_open() {
+        // sled panics in the close's checkpoint (as on damage in its
+        // files): the store breaks, the log stays, and the next open
+        // replays it past the previous checkpoint.
+        let dir = tempfile::TempDir::new().unwrap();
+        let j = SledJournal::open(dir.path()).unwrap();
+        write_twenty(&j);
+        let before: Checkpoint = files::read(dir.path(), files::CHECKPOINT, Kind::Checkpoint)
+            .unwrap()
+            .unwrap();
+        j.store()
+            .panic_in_checkpoint
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(j);
+        let after: Checkpoint = files::read(dir.path(), files::CHECKPOINT, Kind::Checkpoint)
+            .unwrap()
+            .unwrap();
+        assert_eq!(after, before, "the failed checkpoint recorded nothing");
+        let j = SledJournal::open(dir.path()).unwrap();
+        assert_twenty(&j);
     }
 
     #[test]
@@ -984,14 +1016,7 @@ mod tests {
         let dir = tempfile::TempDir::new().unwrap();
         let write_twenty = |dir: &Path| {
             let j = SledJournal::open(dir).unwrap();
-            for i in 0..20u8 {
-                let (key, body) = ([i; 32], [i; 64]);
-                let w = Write {
-                    key: &key,
-                    ..put(Expect::Absent, &body, &[])
-                };
-                assert!(matches!(block(j.write(w)).unwrap(), Written::Done { .. }));
-            }
+            write_twenty(&j);
             j.store()
                 .no_close_checkpoint
                 .store(true, std::sync::atomic::Ordering::Relaxed);

@@ -915,17 +915,8 @@ impl Store {
         };
         // A failed rotation only means the log keeps growing; the data is
         // durable in it either way.
-        let Ok(file) = wal::create_segment(&self.dir, old_gen + 1) else {
+        let Some(covered) = self.rotate(old_gen) else {
             return;
-        };
-        let covered = {
-            let mut st = self.lock();
-            st.file = Arc::new(file);
-            st.gen = old_gen + 1;
-            st.size = wal::HEADER_LEN as u64;
-            st.checkpointing = true;
-            // Every unit in the old segment is durable: the flusher wrote it.
-            st.durable_lsn
         };
         let store = self.clone();
         let spawned = std::thread::Builder::new()
@@ -956,22 +947,24 @@ impl Store {
             }
             st.gen
         };
-        // Fails if a flusher rotated meanwhile (the segment exists).
-        let Ok(file) = wal::create_segment(&self.dir, old_gen + 1) else {
-            return;
-        };
-        let covered = {
-            let mut st = self.lock();
-            if st.gen != old_gen || st.checkpointing {
-                return;
-            }
-            st.file = Arc::new(file);
-            st.gen = old_gen + 1;
-            st.size = wal::HEADER_LEN as u64;
-            st.checkpointing = true;
-            st.durable_lsn
-        };
-        self.clone().checkpoint(old_gen, covered);
+        if let Some(covered) = self.rotate(old_gen) {
+            self.clone().checkpoint(old_gen, covered);
+        }
+    }
+
+    /// Starts segment `old_gen + 1` and marks a checkpoint of `old_gen` as
+    /// running; returns the lsn it covers (every unit in the old segment is
+    /// durable: the flusher or the last barrier wrote it). `None` if the
+    /// segment cannot be created, which includes another rotation having
+    /// created it first.
+    fn rotate(&self, old_gen: u64) -> Option<u64> {
+        let file = wal::create_segment(&self.dir, old_gen + 1).ok()?;
+        let mut st = self.lock();
+        st.file = Arc::new(file);
+        st.gen = old_gen + 1;
+        st.size = wal::HEADER_LEN as u64;
+        st.checkpointing = true;
+        Some(st.durable_lsn)
     }
 
     /// Applies segments up to `gen` to sled, makes sled durable, records
