@@ -521,40 +521,20 @@ pub fn frame_checksum(version: u8, body: &[u8]) -> u32 {
     if version <= 2 {
         crc32(body)
     } else {
-        !crc32_update(crc32_update(!0, &[version]), body)
+        let mut h = crc32fast::Hasher::new();
+        h.update(&[version]);
+        h.update(body);
+        h.finalize()
     }
 }
 
-/// CRC-32 (IEEE, reflected), table-driven.
+/// CRC-32 (IEEE, reflected): the checksum of every frame, log unit and
+/// image unit. `crc32fast` picks the CPU's carry-less multiply where it
+/// has one; a byte-at-a-time table took 7 % of the CPU of a 64-task write
+/// load (the log's units are checksummed when written, read back by the
+/// checkpointer and written again into the image).
 pub fn crc32(data: &[u8]) -> u32 {
-    !crc32_update(!0, data)
-}
-
-/// Runs CRC-32's register over `data` (no initial or final inversion).
-fn crc32_update(mut crc: u32, data: &[u8]) -> u32 {
-    const TABLE: [u32; 256] = {
-        let mut table = [0u32; 256];
-        let mut i = 0;
-        while i < 256 {
-            let mut c = i as u32;
-            let mut k = 0;
-            while k < 8 {
-                c = if c & 1 != 0 {
-                    0xEDB8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-                k += 1;
-            }
-            table[i] = c;
-            i += 1;
-        }
-        table
-    };
-    for &b in data {
-        crc = TABLE[((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
-    }
-    crc
+    crc32fast::hash(data)
 }
 
 #[cfg(test)]
@@ -650,6 +630,18 @@ mod tests {
     fn crc32_known_answer() {
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
         assert_eq!(crc32(b""), 0);
+        // Long enough for the vectorised path (the table-driven code this
+        // replaced gave the same value: the format does not change).
+        let long: Vec<u8> = (0..=255u8).cycle().take(256 * 40).collect();
+        assert_eq!(crc32(&long), 0xBBCE_3B9D);
+    }
+
+    #[test]
+    fn frame_checksums_cover_the_version_from_format_3() {
+        // Format 2 checks the body alone; format 3 the version byte then
+        // the body (the values journals on disk carry).
+        assert_eq!(frame_checksum(2, b"123456789"), 0xCBF4_3926);
+        assert_eq!(frame_checksum(3, b"123456789"), 0x2540_FEFD);
     }
 
     #[test]
