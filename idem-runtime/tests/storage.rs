@@ -227,10 +227,28 @@ fn damage_in_sleds_data_file_is_repaired_from_the_kept_log_or_refused_without_it
             .await
             .unwrap();
         }
+        // sled holds what can still change: escalated operations (settled
+        // ones live in tables).
+        let lost = Provider::new(&[Step::LandThenTimeout; OPS as usize]);
+        for order in 0..OPS {
+            let out = call(
+                &rt.run("run"),
+                tool("wire", Class::AtMostOnce),
+                &lost,
+                order,
+                "a",
+                VerifyMode::None,
+            )
+            .await;
+            assert!(
+                matches!(out, Err(idem_runtime::ToolError::Escalated { .. })),
+                "{out:?}"
+            );
+        }
     });
-    // Reopening checkpoints the log into sled. Its segments stay: with
-    // sled's image (none yet, in a journal this small) they are the second
-    // copy a damaged sled is rebuilt from.
+    // Reopening checkpoints the log. Its segments stay: with sled's image
+    // (none yet, in a journal this small) they are the second copy a
+    // damaged sled is rebuilt from.
     drop(Runtime::open(&pristine).unwrap());
     let segs = segments(&pristine);
     assert!(
@@ -282,6 +300,8 @@ fn damage_in_sleds_data_file_is_repaired_from_the_kept_log_or_refused_without_it
             tokio()
                 .block_on(every_op_replays(&rt, OPS))
                 .unwrap_or_else(|e| panic!("offset {offset}: {e}"));
+            let escalated = tokio().block_on(rt.escalations()).unwrap();
+            assert_eq!(escalated.len() as u64, OPS, "offset {offset}");
         }
     }
     println!(

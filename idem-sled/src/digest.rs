@@ -66,11 +66,16 @@ impl Hasher {
     }
 
     fn finish(self) -> u64 {
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(K1);
-        z = (z ^ (z >> 27)).wrapping_mul(K2);
-        z ^ (z >> 31)
+        mix64(self.state)
     }
+}
+
+/// The splitmix64 finisher: a bijection of u64 that spreads every input
+/// bit over the output (also the tables' Bloom filter hash).
+pub(super) fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(K1);
+    z = (z ^ (z >> 27)).wrapping_mul(K2);
+    z ^ (z >> 31)
 }
 
 /// The digest of a set of entries.

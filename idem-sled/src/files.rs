@@ -1,8 +1,11 @@
-//! The sled journal's directory and its own small files: `idem-meta` (what the directory is,
-//! written once, before anything else), `idem-checkpoint` (what sled
-//! held at the last checkpoint) and `idem-log-end` (how far the log was
-//! durable at the last clean close). Both are replaced atomically: written to a
-//! temporary name, fsynced, renamed, and the directory fsynced.
+//! The sled journal's directory and its own small files: `idem-meta` (what
+//! the directory is, written once, before anything else), `idem-manifest`
+//! (format 4: what the journal holds as of the last checkpoint: sled's
+//! digest, its tables and audit files) and `idem-log-end` (how far the log
+//! was durable at the last clean close). A journal of format 2 or 3 has
+//! `idem-checkpoint` instead of the manifest, until it is converted. Each
+//! is replaced atomically: written to a temporary name, fsynced, renamed,
+//! and the directory fsynced.
 
 use std::fs;
 use std::path::Path;
@@ -16,16 +19,20 @@ use idem_journal::record::{self, Kind};
 
 pub(super) const META: &str = "idem-meta";
 pub(super) const CHECKPOINT: &str = "idem-checkpoint";
+pub(super) const MANIFEST: &str = "idem-manifest";
 pub(super) const LOG_END: &str = "idem-log-end";
 
 pub(super) const MAGIC: &str = "idem-journal";
-/// Version of the journal's directory format written by this build: 3
-/// stores the audit stream in buckets of 128 sequence numbers, compressed
-/// (`events.rs`).
-pub(super) const FORMAT: u32 = 3;
-/// The previous format, which this build opens, converts and marks
-/// [`FORMAT`]: the same files, with audit buckets of 32 numbers,
-/// uncompressed.
+/// Version of the journal's directory format written by this build: 4
+/// keeps settled records in tables and the audit stream in audit files,
+/// sled only what can still change (`settle.rs`), under a manifest.
+pub(super) const FORMAT: u32 = 4;
+/// The previous format, which this build opens and converts to
+/// [`FORMAT`] (`legacy.rs`): everything in sled, the audit stream in
+/// compressed buckets of 128 numbers, under `idem-checkpoint`.
+pub(super) const FORMAT_3: u32 = 3;
+/// The format before it, converted the same way: audit buckets of 32
+/// numbers, uncompressed.
 pub(super) const FORMAT_2: u32 = 2;
 
 /// What identifies a journal directory as ours.
@@ -51,6 +58,63 @@ pub(super) struct Checkpoint {
 }
 
 impl Checkpoint {
+    pub(super) fn digest(&self) -> Digest {
+        Digest {
+            xor: self.xor,
+            count: self.count,
+        }
+    }
+}
+
+/// A table the manifest names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct TableMeta {
+    pub id: u64,
+    pub entries: u64,
+    pub bytes: u64,
+}
+
+/// An audit file the manifest names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct AuditMeta {
+    pub id: u64,
+    /// Its first and last sequence numbers.
+    pub first: u64,
+    pub last: u64,
+    pub events: u64,
+    pub bytes: u64,
+}
+
+/// What the journal holds as of its last checkpoint (format 4): the root
+/// of everything durable besides the log after it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Manifest {
+    /// Every log segment up to this generation is settled (and kept until
+    /// an image covers it).
+    pub gen: u64,
+    /// Digest of what sled holds (records that can still change, and the
+    /// escalation index).
+    pub xor: u64,
+    pub count: i64,
+    /// The next audit sequence number and log sequence number to hand out.
+    pub next_seq: u64,
+    pub next_lsn: u64,
+    /// Audit events below this number are truncated.
+    pub floor: u64,
+    /// The next id a table or audit file gets.
+    pub next_file: u64,
+    /// Tables, oldest first: a key's newest entry is in the last table
+    /// that holds it (after sled and the log).
+    pub tables: Vec<TableMeta>,
+    /// Audit files, in sequence order.
+    pub audit: Vec<AuditMeta>,
+    /// sled may still hold what a journal of format 3 kept there (settled
+    /// records, audit buckets), all of it already in this manifest's
+    /// files: removed from sled before its content is checked.
+    pub legacy_sled: bool,
+}
+
+impl Manifest {
     pub(super) fn digest(&self) -> Digest {
         Digest {
             xor: self.xor,
@@ -109,6 +173,7 @@ pub(super) fn is_own(name: &str) -> bool {
     [
         META,
         CHECKPOINT,
+        MANIFEST,
         LOG_END,
         crate::image::IMAGE,
         ADMIN[0],
@@ -116,11 +181,67 @@ pub(super) fn is_own(name: &str) -> bool {
     ]
     .iter()
     .any(|f| name == *f || name.strip_suffix(".tmp") == Some(f))
+        || crate::table::id_of(name).is_some()
+        || crate::audit::id_of(name).is_some()
 }
 
 /// Files sled 0.34 keeps in its directory.
 pub(super) fn is_sled_file(name: &str) -> bool {
     name == "conf" || name == "db" || name == "blobs" || name.starts_with("snap.")
+}
+
+/// Opens a file of the journal directory for reading, if it is ours: a
+/// regular file (a symbolic link is refused, never followed), owned by
+/// this process's user, which no other user can write. What the journal
+/// reads from it decides what it answers, so a planted file is refused
+/// with [`std::io::ErrorKind::PermissionDenied`] and says why.
+pub(super) fn open_own(path: &Path) -> std::io::Result<fs::File> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
+    let file = options.open(path).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} is a symbolic link; refusing to follow it",
+                    path.display()
+                ),
+            )
+        } else {
+            e
+        }
+    })?;
+    let meta = file.metadata()?;
+    let refuse = |why: String| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{} {why}; refusing to trust it", path.display()),
+        ))
+    };
+    if !meta.is_file() {
+        return refuse("is not a regular file".into());
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me {
+            return refuse(format!("is owned by user {}, not {me}", meta.uid()));
+        }
+        if meta.mode() & 0o022 != 0 {
+            return refuse(format!(
+                "has mode {:o}: others can change it",
+                meta.mode() & 0o777
+            ));
+        }
+    }
+    Ok(file)
 }
 
 /// Creates the journal directory, readable by its owner only, durably.

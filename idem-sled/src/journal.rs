@@ -29,11 +29,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::apply;
-use crate::files::{self, Checkpoint, Meta};
+use crate::files::{self, Checkpoint, Manifest, Meta};
 use crate::memory;
 use crate::store::{Store, Tuning};
+use crate::table::{self, Table};
 use crate::wal::{self, Tree, Unit};
-use crate::{image, repair};
+use crate::{audit, image, legacy, repair, settle};
 use idem_journal::error::Error;
 use idem_journal::journal::{
     BoxFuture, Digest, Durability, EventRows, Journal, Loaded, NewEvent, Space, Write, Written,
@@ -177,14 +178,14 @@ impl SledJournal {
         warn_if_readable_by_others(&path);
 
         // 2. What the directory is.
-        let mut upgrade = None;
+        let mut legacy = None;
         match files::read::<Meta>(&path, files::META, Kind::Meta)? {
             Some(meta) => {
                 if meta.magic != files::MAGIC {
                     return Err(not_journal(format!("its metadata names {:?}", meta.magic)));
                 }
-                if meta.format == files::FORMAT_2 {
-                    upgrade = Some(meta);
+                if meta.format == files::FORMAT_2 || meta.format == files::FORMAT_3 {
+                    legacy = Some(meta);
                 } else if meta.format != files::FORMAT {
                     return Err(Error::UnsupportedFormat {
                         path,
@@ -220,132 +221,107 @@ impl SledJournal {
                 )?;
             }
         }
+        // The cleanups below (a partial image, a partial sled snapshot,
+        // leftover tables) would pull files from under a process that has
+        // the journal open: check sled's lock first, as sled would.
+        if repair::sled_is_held(&path) {
+            return Err(Error::InUse { path });
+        }
+        let settings = repair::SledSettings {
+            cache_capacity: options.cache_capacity,
+            flush_every_ms: options.flush_every_ms,
+        };
+        if let Some(meta) = legacy {
+            // Opened and checked the old way, then converted; the open
+            // below finishes the conversion (`legacy.rs`).
+            open_legacy(&path, &location, settings, meta)?;
+        }
 
         // 3. The log since the last checkpoint.
-        let checkpoint = files::read::<Checkpoint>(&path, files::CHECKPOINT, Kind::Checkpoint)?;
+        let manifest = files::read::<Manifest>(&path, files::MANIFEST, Kind::Checkpoint)?;
         let segments = wal::segments(&path).map_err(storage("list the write-ahead log"))?;
-        let checkpoint = match checkpoint {
-            Some(cp) => cp,
+        let manifest = match manifest {
+            Some(m) => m,
             None if segments.is_empty() => {
-                // No open ever finished (the first one writes a checkpoint
+                // No open ever finished (the first one writes a manifest
                 // before it logs anything): sled's files, if any, hold
                 // nothing acknowledged. Start sled afresh.
                 clear_unfinished_creation(&path)
                     .map_err(storage("clear an unfinished creation"))?;
-                Checkpoint {
+                Manifest {
                     next_lsn: 1,
-                    ..Checkpoint::default()
+                    next_file: 1,
+                    ..Manifest::default()
                 }
             }
             None => {
                 return Err(Error::Damaged {
-                    file: path.join(files::CHECKPOINT),
+                    file: path.join(files::MANIFEST),
                     offset: None,
                     detail: "missing, but write-ahead log segments exist".into(),
                 })
             }
         };
-        let units = read_log(&path, &segments, &checkpoint)?;
-        // A log that ends before the end the last clean close recorded lost
-        // units that were acknowledged: damage, never a torn tail.
-        if let Some(end) = files::read::<files::LogEnd>(&path, files::LOG_END, Kind::LogEnd)? {
-            let found = units.last().map_or(checkpoint.next_lsn, |u| u.lsn + 1);
-            if found < end.next_lsn {
-                let newest = segments.last().map_or(end.gen, |s| s.0);
-                return Err(Error::Damaged {
-                    file: wal::segment_path(&path, newest),
-                    offset: None,
-                    detail: format!(
-                        "the write-ahead log ends before unit {} (its last readable unit is {}), \
-                         but every unit before {} was durable when the journal was last closed \
-                         ({}): acknowledged writes are missing, so the end cannot be a torn tail",
-                        end.next_lsn - 1,
-                        found.saturating_sub(1),
-                        end.next_lsn,
-                        files::LOG_END
-                    ),
-                });
-            }
-        }
+        let units = read_log(&path, &segments, manifest.gen, manifest.next_lsn)?;
+        check_log_end(&path, &segments, &units, manifest.gen, manifest.next_lsn)?;
         let last_gen = segments
             .last()
-            .map_or(checkpoint.gen, |s| s.0)
-            .max(checkpoint.gen);
+            .map_or(manifest.gen, |s| s.0)
+            .max(manifest.gen);
 
-        // 4. sled, the log applied to it, and the check; damage repaired from
+        // 4. The tables and audit files the manifest names, checked (their
+        // pages are checked where they are read); any other is what a
+        // checkpoint or merge cut short left, never named, and goes.
+        let tables = open_files(&path, &manifest)?;
+
+        // 5. sled, the log applied to it, and the check; damage repaired from
         // the image and the kept log when they are whole (`repair.rs`).
-        let image_gen = match image::covered_gen(&path) {
-            Ok(gen) => gen.unwrap_or(0),
-            Err(e) => {
-                // Needed only to repair sled: a new one is written soon
-                // (the log it covered counts as kept until then).
-                tracing::warn!(target: "idem::journal", location = %location, error = %e, "the journal's image is unreadable; a new one will be written");
-                0
-            }
-        };
-        // The cleanups below (a partial image, a partial sled snapshot) would
-        // pull files from under a process that has the journal open: check
-        // sled's lock first, as sled would.
-        if repair::sled_is_held(&path) {
-            return Err(Error::InUse { path });
-        }
+        let image_gen = image_gen(&path, &location);
         let _ = fs::remove_file(path.join(format!("{}.tmp", image::IMAGE)));
-        let settings = repair::SledSettings {
-            cache_capacity: options.cache_capacity,
-            flush_every_ms: options.flush_every_ms,
-        };
         let opened = repair::open(&repair::Found {
             path: &path,
             location: &location,
             settings,
-            checkpoint: &checkpoint,
+            checkpoint: repair::Covered {
+                gen: manifest.gen,
+                next_lsn: manifest.next_lsn,
+                digest: manifest.digest(),
+            },
             segments: &segments,
             units: &units,
-            regroup: upgrade.is_some(),
+            mode: repair::Mode::Current {
+                purge: manifest.legacy_sled,
+            },
         })?;
-        let (trees, applied, expected, last_seq) =
-            (opened.trees, opened.applied, opened.digest, opened.last_seq);
+        let trees = opened.trees;
+        stop_here("Purged")?;
 
-        // 5. A checkpoint, then a fresh segment. The segments stay (the
-        // copy that repairs sled) except those an image covers, whose
-        // removal was cut short.
-        apply::sync_sled(&path, &trees).map_err(storage("make sled durable"))?;
-        // A journal of format 2 is marked format 3 once sled holds its
-        // rewritten buckets durably: until then, the next open rewrites
-        // again (and finishes what a crash cut short). A build that reads
-        // only format 2 refuses it from here on.
-        if let Some(old) = upgrade {
-            files::write(
-                &path,
-                files::META,
-                Kind::Meta,
-                &Meta {
-                    format: files::FORMAT,
-                    ..old
+        // 6. A checkpoint of the log, then a fresh segment. The segments
+        // stay (the copy that repairs sled) except those an image covers,
+        // whose removal was cut short.
+        let mut next_file = manifest.next_file;
+        let settled = settle::write(&path, &trees, &units, manifest.floor, &mut next_file)
+            .map_err(|f| match f {
+                apply::Failed::Damaged(detail) => Error::Damaged {
+                    file: path.join("db"),
+                    offset: None,
+                    detail,
                 },
-            )?;
+                apply::Failed::Io(detail) => {
+                    Error::storage("settle the write-ahead log", &location, detail)
+                }
+            })?;
+        drop(units);
+        let (mut next, dropped) = settle::next_manifest(&manifest, &settled, last_gen, next_file);
+        next.legacy_sled = false;
+        let mut tables = tables;
+        if let Some(t) = settled.table {
+            tables.push(Arc::new(
+                Table::open(&path, t.id, Some(t.bytes)).map_err(|e| table_error(&path, t.id, e))?,
+            ));
         }
-        let cp = Checkpoint {
-            gen: last_gen,
-            xor: expected.xor,
-            count: expected.count,
-            // Sequence numbers never go back: past what the checkpoint
-            // handed out, what sled holds, and every event the log
-            // replayed, even those a later truncation removed (a stream
-            // pruned empty must not restart at 0 under a follower).
-            next_seq: [
-                checkpoint.next_seq,
-                last_seq.map_or(0, |s| s + 1),
-                applied.last_seq.map_or(0, |s| s + 1),
-            ]
-            .into_iter()
-            .max()
-            .unwrap_or(0),
-            next_lsn: applied
-                .last_lsn
-                .map_or(checkpoint.next_lsn, |l| (l + 1).max(checkpoint.next_lsn)),
-        };
-        files::write(&path, files::CHECKPOINT, Kind::Checkpoint, &cp)?;
+        files::write(&path, files::MANIFEST, Kind::Checkpoint, &next)?;
+        settle::remove_files(&path, &dropped, &[]);
         wal::remove_up_to(&path, image_gen)
             .map_err(storage("remove log segments the image covers"))?;
         restrict_sled_files(&path);
@@ -354,7 +330,8 @@ impl SledJournal {
             path.clone(),
             location.clone(),
             trees,
-            cp,
+            next,
+            tables,
             (image_gen, image_bytes),
             Tuning {
                 checkpoint_bytes: options.checkpoint_bytes,
@@ -363,8 +340,7 @@ impl SledJournal {
             },
         )
         .map_err(storage("start the write-ahead log"))?;
-        // The content check read every entry of sled: give back what it
-        // freed.
+        store.start_scrub();
         memory::release();
         Ok(SledJournal {
             store: Some(store),
@@ -412,28 +388,30 @@ fn tree_of(space: Space) -> Tree {
     }
 }
 
-/// Reads the segments after the checkpoint, under the damage rules.
+/// Reads the segments after generation `gen` (whose first unit is
+/// `next_lsn`), under the damage rules.
 fn read_log(
     path: &Path,
     segments: &[(u64, PathBuf)],
-    checkpoint: &Checkpoint,
+    gen: u64,
+    next_lsn: u64,
 ) -> Result<Vec<Unit>, Error> {
     let mut units = Vec::new();
-    let mut expected_gen = checkpoint.gen + 1;
-    let mut min_lsn = checkpoint.next_lsn;
+    let mut expected_gen = gen + 1;
+    let mut min_lsn = next_lsn;
     let newest = segments.last().map(|s| s.0);
-    for (gen, file) in segments {
-        if *gen <= checkpoint.gen {
-            // Applied by that checkpoint; kept as the copy that repairs
+    for (g, file) in segments {
+        if *g <= gen {
+            // Settled by that checkpoint; kept as the copy that repairs
             // sled, until an image covers them.
             continue;
         }
-        if *gen != expected_gen {
+        if *g != expected_gen {
             return Err(Error::Damaged {
                 file: wal::segment_path(path, expected_gen),
                 offset: None,
                 detail: format!(
-                    "log segment missing (found generation {gen} after {})",
+                    "log segment missing (found generation {g} after {})",
                     expected_gen - 1
                 ),
             });
@@ -442,7 +420,7 @@ fn read_log(
         let bytes = fs::read(file).map_err(|e| {
             Error::storage("read the write-ahead log", &file.display().to_string(), e)
         })?;
-        let seg = wal::read_segment(&bytes, *gen, Some(*gen) == newest, min_lsn).map_err(|d| {
+        let seg = wal::read_segment(&bytes, *g, Some(*g) == newest, min_lsn).map_err(|d| {
             Error::Damaged {
                 file: file.clone(),
                 offset: Some(d.offset as u64),
@@ -464,6 +442,298 @@ fn read_log(
         units.extend(seg.units);
     }
     Ok(units)
+}
+
+/// A log that ends before the end the last clean close recorded lost units
+/// that were acknowledged: damage, never a torn tail.
+fn check_log_end(
+    path: &Path,
+    segments: &[(u64, PathBuf)],
+    units: &[Unit],
+    gen: u64,
+    next_lsn: u64,
+) -> Result<(), Error> {
+    let Some(end) = files::read::<files::LogEnd>(path, files::LOG_END, Kind::LogEnd)? else {
+        return Ok(());
+    };
+    let found = units.last().map_or(next_lsn, |u| u.lsn + 1);
+    if found < end.next_lsn {
+        let newest = segments.last().map_or(end.gen.max(gen), |s| s.0);
+        return Err(Error::Damaged {
+            file: wal::segment_path(path, newest),
+            offset: None,
+            detail: format!(
+                "the write-ahead log ends before unit {} (its last readable unit is {}), \
+                 but every unit before {} was durable when the journal was last closed \
+                 ({}): acknowledged writes are missing, so the end cannot be a torn tail",
+                end.next_lsn - 1,
+                found.saturating_sub(1),
+                end.next_lsn,
+                files::LOG_END
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The generation the image on disk covers (0: none or unreadable).
+fn image_gen(path: &Path, location: &str) -> u64 {
+    match image::covered_gen(path) {
+        Ok(gen) => gen.unwrap_or(0),
+        Err(e) => {
+            // Needed only to repair sled: a new one is written soon (the
+            // log it covered counts as kept until then).
+            tracing::warn!(target: "idem::journal", location = %location, error = %e, "the journal's image is unreadable; a new one will be written");
+            0
+        }
+    }
+}
+
+/// The error for a table or audit file that cannot be read.
+fn table_error(path: &Path, id: u64, e: table::ReadError) -> Error {
+    file_error(table::path(path, id), e)
+}
+
+fn file_error(file: PathBuf, e: table::ReadError) -> Error {
+    match e {
+        table::ReadError::Damaged(d) => Error::Damaged {
+            file,
+            offset: Some(d.offset),
+            detail: d.detail,
+        },
+        table::ReadError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => Error::Damaged {
+            file,
+            offset: None,
+            detail: "missing, but the manifest names it".into(),
+        },
+        table::ReadError::Io(e) => Error::storage("open", &file.display().to_string(), e),
+    }
+}
+
+/// Removes the tables and audit files the manifest does not name, then
+/// opens and checks those it does: the tables kept open (oldest first),
+/// the audit files' footers and directories checked, in sequence.
+fn open_files(path: &Path, manifest: &Manifest) -> Result<Vec<Arc<Table>>, Error> {
+    let named_tables: std::collections::HashSet<u64> =
+        manifest.tables.iter().map(|t| t.id).collect();
+    let named_audit: std::collections::HashSet<u64> = manifest.audit.iter().map(|a| a.id).collect();
+    remove_unnamed(path, &named_tables, &named_audit)
+        .map_err(|e| Error::storage("remove leftover files", &path.display().to_string(), e))?;
+    let mut tables = Vec::with_capacity(manifest.tables.len());
+    for t in &manifest.tables {
+        let table =
+            Table::open(path, t.id, Some(t.bytes)).map_err(|e| table_error(path, t.id, e))?;
+        if table.entries != t.entries {
+            return Err(Error::Damaged {
+                file: table.path.clone(),
+                offset: None,
+                detail: format!(
+                    "the table holds {} entries, the manifest says {}",
+                    table.entries, t.entries
+                ),
+            });
+        }
+        tables.push(Arc::new(table));
+    }
+    let mut after = None::<u64>;
+    for a in &manifest.audit {
+        let file = audit::path(path, a.id);
+        let opened = audit::AuditFile::open(path, a.id, Some(a.bytes))
+            .map_err(|e| file_error(file.clone(), e))?;
+        if (opened.first, opened.last, opened.events) != (a.first, a.last, a.events)
+            || after.is_some_and(|l| a.first <= l)
+        {
+            return Err(Error::Damaged {
+                file,
+                offset: None,
+                detail: format!(
+                    "the audit file holds events {}..={} ({}), the manifest says {}..={} ({}) \
+                     after {after:?}",
+                    opened.first, opened.last, opened.events, a.first, a.last, a.events
+                ),
+            });
+        }
+        after = Some(a.last);
+    }
+    Ok(tables)
+}
+
+/// Removes the tables and audit files not named (leftovers of a checkpoint,
+/// merge or conversion cut short), durably.
+fn remove_unnamed(
+    path: &Path,
+    tables: &std::collections::HashSet<u64>,
+    audit_files: &std::collections::HashSet<u64>,
+) -> std::io::Result<()> {
+    let mut removed = false;
+    for entry in fs::read_dir(path)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let doomed = match (table::id_of(&name), audit::id_of(&name)) {
+            (Some(id), _) => !tables.contains(&id),
+            (_, Some(id)) => !audit_files.contains(&id),
+            _ => false,
+        };
+        if doomed {
+            fs::remove_file(entry.path())?;
+            removed = true;
+        }
+    }
+    if removed {
+        wal::sync_dir(path)?;
+    }
+    Ok(())
+}
+
+/// Tests: where an open stops as if the process died there (see
+/// `stop_here`).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// The conversion's files are written, not yet named.
+    Converted,
+    /// The manifest names them; the metadata still says 2 or 3.
+    ManifestWritten,
+    /// The metadata says 4; sled still holds the old copies.
+    MarkedFormat4,
+    /// sled's old copies are gone; the manifest still says they are there.
+    Purged,
+}
+
+#[cfg(test)]
+thread_local! {
+    pub(super) static STOP: std::cell::Cell<Option<Stop>> = const { std::cell::Cell::new(None) };
+}
+
+/// Tests: fails the open at `here` if a test asked for it, leaving the
+/// files as a crash there would (sled is closed by the unwinding).
+fn stop_here(#[allow(unused_variables)] here: &'static str) -> Result<(), Error> {
+    #[cfg(test)]
+    {
+        let wanted = STOP.with(|s| s.get());
+        if wanted.is_some_and(|w| format!("{w:?}") == here) {
+            STOP.with(|s| s.set(None));
+            return Err(Error::Usage(format!("stopped at {here}")));
+        }
+    }
+    Ok(())
+}
+
+/// Opens a journal of format 2 or 3 as those formats did (its log applied
+/// to sled, sled's whole content checked and repaired if need be, a
+/// checkpoint written), then converts it (`legacy.rs`): a table and an
+/// audit file of what sled held, the manifest naming them, the metadata
+/// marked format 4. sled is closed on return; the open that follows
+/// removes sled's old copies and goes on as for any journal of format 4.
+fn open_legacy(
+    path: &Path,
+    location: &str,
+    settings: repair::SledSettings,
+    meta: Meta,
+) -> Result<(), Error> {
+    let storage = |op: &'static str| {
+        let location = location.to_string();
+        move |e: std::io::Error| Error::storage(op, &location, e)
+    };
+    // A conversion cut short left files that nothing names yet.
+    remove_unnamed(path, &Default::default(), &Default::default())
+        .map_err(storage("remove leftover files"))?;
+    let _ = fs::remove_file(path.join(files::MANIFEST));
+    let checkpoint = files::read::<Checkpoint>(path, files::CHECKPOINT, Kind::Checkpoint)?;
+    let segments = wal::segments(path).map_err(storage("list the write-ahead log"))?;
+    let Some(checkpoint) = checkpoint else {
+        return Err(Error::Damaged {
+            file: path.join(files::CHECKPOINT),
+            offset: None,
+            detail: format!(
+                "missing from a journal of format {} (its first open writes it)",
+                meta.format
+            ),
+        });
+    };
+    let units = read_log(path, &segments, checkpoint.gen, checkpoint.next_lsn)?;
+    check_log_end(path, &segments, &units, checkpoint.gen, checkpoint.next_lsn)?;
+    let last_gen = segments
+        .last()
+        .map_or(checkpoint.gen, |s| s.0)
+        .max(checkpoint.gen);
+    let _ = fs::remove_file(path.join(format!("{}.tmp", image::IMAGE)));
+    let opened = repair::open(&repair::Found {
+        path,
+        location,
+        settings,
+        checkpoint: repair::Covered {
+            gen: checkpoint.gen,
+            next_lsn: checkpoint.next_lsn,
+            digest: checkpoint.digest(),
+        },
+        segments: &segments,
+        units: &units,
+        mode: repair::Mode::Legacy {
+            regroup: meta.format == files::FORMAT_2,
+        },
+    })?;
+    let (trees, applied, expected, last_seq) =
+        (opened.trees, opened.applied, opened.digest, opened.last_seq);
+    apply::sync_sled(path, &trees).map_err(storage("make sled durable"))?;
+    let cp = Checkpoint {
+        gen: last_gen,
+        xor: expected.xor,
+        count: expected.count,
+        // Sequence numbers never go back: past what the checkpoint
+        // handed out, what sled holds, and every event the log
+        // replayed, even those a later truncation removed.
+        next_seq: [
+            checkpoint.next_seq,
+            last_seq.map_or(0, |s| s + 1),
+            applied.last_seq.map_or(0, |s| s + 1),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0),
+        next_lsn: applied
+            .last_lsn
+            .map_or(checkpoint.next_lsn, |l| (l + 1).max(checkpoint.next_lsn)),
+    };
+    files::write(path, files::CHECKPOINT, Kind::Checkpoint, &cp)?;
+    let manifest = legacy::convert(path, &trees, &cp).map_err(|f| match f {
+        apply::Failed::Damaged(detail) => Error::Damaged {
+            file: path.join("db"),
+            offset: None,
+            detail: format!("convert the journal to format {}: {detail}", files::FORMAT),
+        },
+        apply::Failed::Io(detail) => {
+            Error::storage("convert the journal to format 4", location, detail)
+        }
+    })?;
+    stop_here("Converted")?;
+    files::write(path, files::MANIFEST, Kind::Checkpoint, &manifest)?;
+    stop_here("ManifestWritten")?;
+    files::write(
+        path,
+        files::META,
+        Kind::Meta,
+        &Meta {
+            format: files::FORMAT,
+            ..meta
+        },
+    )?;
+    stop_here("MarkedFormat4")?;
+    tracing::info!(
+        target: "idem::journal",
+        location = %location,
+        from = meta.format,
+        to = files::FORMAT,
+        records = manifest.tables.first().map_or(0, |t| t.entries),
+        events = manifest.audit.first().map_or(0, |a| a.events),
+        "journal converted: settled records into a table, the audit stream into an audit file"
+    );
+    drop(trees);
+    repair::wait_until_sled_lets_go(path);
+    // The checkpoint file of the old format is not read any more.
+    let _ = fs::remove_file(path.join(files::CHECKPOINT));
+    memory::release();
+    Ok(())
 }
 
 /// Removes what a creation cut short may have left (sled's files, stale
@@ -662,7 +932,7 @@ impl Drop for SledJournal {
         store.join_checkpointer();
         // No new image from here on (one being written gives up): the
         // journal is going away.
-        store.stop_imaging();
+        store.stop_background();
         if synced.is_ok() {
             store.checkpoint_at_close();
             // Where the log is durable now: the next open refuses a log that
@@ -694,7 +964,8 @@ impl Drop for SledJournal {
 mod tests {
     use super::*;
     use crate::events;
-    use idem_journal::journal::{ClaimChange, Expect};
+    use crate::stored::{self, Header};
+    use idem_journal::journal::{ClaimChange, Expect, Owner};
 
     const K: Digest = [3; 32];
 
@@ -734,6 +1005,50 @@ mod tests {
         assert_eq!(snapshot(dir.path()), before);
     }
 
+    /// A journal of `format` as the builds before format 4 left it after
+    /// a clean close: `units` applied to sled the old way (every record
+    /// and every event in sled), a checkpoint with their digest, no log
+    /// after it.
+    fn legacy_journal(dir: &Path, format: u32, units: &[Unit]) {
+        let meta = Meta {
+            magic: files::MAGIC.to_string(),
+            format,
+            created_ms: 1,
+        };
+        files::write(dir, files::META, Kind::Meta, &meta).unwrap();
+        let trees = apply::Trees::open(sled::open(dir).unwrap()).unwrap();
+        legacy::apply(&trees, units).unwrap();
+        trees.db.flush().unwrap();
+        let (digest, last_seq) = legacy::scan_digest(&trees).unwrap();
+        let cp = Checkpoint {
+            gen: 0,
+            xor: digest.xor,
+            count: digest.count,
+            next_seq: last_seq.map_or(0, |s| s + 1),
+            next_lsn: units.last().map_or(1, |u| u.lsn + 1),
+        };
+        files::write(dir, files::CHECKPOINT, Kind::Checkpoint, &cp).unwrap();
+        drop(trees);
+        repair::wait_until_sled_lets_go(dir);
+    }
+
+    /// Units of one event each, numbered from 0, lsns from 1.
+    fn event_units(bodies: &[Vec<u8>]) -> Vec<Unit> {
+        bodies
+            .iter()
+            .enumerate()
+            .map(|(i, b)| Unit {
+                lsn: i as u64 + 1,
+                xor: 0,
+                count: 0,
+                changes: vec![wal::Change::Event {
+                    seq: i as u64,
+                    bytes: b.clone(),
+                }],
+            })
+            .collect()
+    }
+
     /// A journal with `n` events, all of them in sled, rewritten as format
     /// 2 stored them (buckets of 32 numbers, plain frames, metadata saying
     /// 2) except its first `converted` buckets of this build, as if a
@@ -742,19 +1057,7 @@ mod tests {
         let bodies: Vec<Vec<u8>> = (0..n)
             .map(|i| format!("event {i} of run-7, tool send_email").into_bytes())
             .collect();
-        {
-            let j = SledJournal::open(dir).unwrap();
-            for b in &bodies {
-                let e = [NewEvent {
-                    key: None,
-                    bytes: b,
-                }];
-                block(j.append(&e, Durability::Immediate)).unwrap();
-            }
-        }
-        // Opening applies the log to sled: every event is in a bucket now.
-        drop(SledJournal::open(dir).unwrap());
-        repair::wait_until_sled_lets_go(dir);
+        legacy_journal(dir, files::FORMAT_2, &event_units(&bodies));
         let db = sled::open(dir).unwrap();
         let audit = db.open_tree("audit").unwrap();
         let mut all = Vec::new();
@@ -786,12 +1089,6 @@ mod tests {
         db.flush().unwrap();
         drop((audit, db));
         repair::wait_until_sled_lets_go(dir);
-        let meta: Meta = files::read(dir, files::META, Kind::Meta).unwrap().unwrap();
-        let old = Meta {
-            format: files::FORMAT_2,
-            ..meta
-        };
-        files::write(dir, files::META, Kind::Meta, &old).unwrap();
         bodies
     }
 
@@ -821,8 +1118,14 @@ mod tests {
             .collect()
     }
 
+    fn manifest(dir: &Path) -> Manifest {
+        files::read(dir, files::MANIFEST, Kind::Checkpoint)
+            .unwrap()
+            .unwrap()
+    }
+
     #[test]
-    fn a_format_2_journal_is_rewritten_read_whole_and_marked_format_3() {
+    fn a_format_2_journal_is_converted_read_whole_and_marked_format_4() {
         let dir = tempfile::TempDir::new().unwrap();
         let bodies = format_2_journal(dir.path(), 300, 0);
         let old = audit_layout(dir.path());
@@ -842,7 +1145,7 @@ mod tests {
             .collect();
         assert!(aside.is_empty(), "sled was set aside: {aside:?}");
         assert_eq!(all_events(&j), bodies);
-        // New events join the last bucket; all read after a reopen.
+        // New events follow; all read after a reopen.
         let more = b"one more".to_vec();
         let e = [NewEvent {
             key: None,
@@ -860,10 +1163,134 @@ mod tests {
         );
         assert!(stored[..300] == bodies[..], "the old events changed");
         drop(j);
+        // The stream left sled for audit files; the old checkpoint file
+        // went with the conversion.
+        assert_eq!(audit_layout(dir.path()), []);
+        let m = manifest(dir.path());
         assert_eq!(
-            audit_layout(dir.path()),
-            [(0, true), (128, true), (256, true)]
+            m.audit
+                .iter()
+                .map(|a| (a.first, a.last))
+                .collect::<Vec<_>>(),
+            [(0, 299), (300, 300)]
         );
+        assert!(!m.legacy_sled);
+        assert!(!dir.path().join(files::CHECKPOINT).exists());
+    }
+
+    /// A journal of format 3 with records of every kind: settled ops and
+    /// steps, one claimed by a call in flight, one escalated, and events.
+    fn format_3_journal(dir: &Path) -> Vec<(Space, Digest, Vec<u8>)> {
+        let owner = Owner {
+            worker: "pod-7".into(),
+            incarnation: 9,
+        };
+        let mut units = Vec::new();
+        let mut records = Vec::new();
+        let mut lsn = 0;
+        let mut unit = |changes| {
+            lsn += 1;
+            Unit {
+                lsn,
+                xor: 0,
+                count: 0,
+                changes,
+            }
+        };
+        for i in 0..400u32 {
+            let (tree, space) = if i % 5 == 4 {
+                (Tree::Steps, Space::Steps)
+            } else {
+                (Tree::Ops, Space::Ops)
+            };
+            let mut key = [0u8; 32];
+            key[..4].copy_from_slice(&i.wrapping_mul(2_654_435_761).to_le_bytes());
+            let header = Header {
+                version: u64::from(i) + 1,
+                epoch: 1,
+                owner: (i == 7).then(|| owner.clone()),
+                escalated: i == 11,
+            };
+            let value = stored::encode(&header, format!("record {i}").as_bytes());
+            let mut changes = vec![wal::Change::Put {
+                tree,
+                key: key.to_vec(),
+                value: value.clone(),
+            }];
+            if i == 11 {
+                changes.push(wal::Change::Put {
+                    tree: Tree::Escalations,
+                    key: key.to_vec(),
+                    value: vec![],
+                });
+            }
+            changes.push(wal::Change::Event {
+                seq: u64::from(i),
+                bytes: format!("event {i}").into_bytes(),
+            });
+            units.push(unit(changes));
+            records.push((space, key, value));
+        }
+        legacy_journal(dir, files::FORMAT_3, &units);
+        records
+    }
+
+    fn assert_format_3_content(j: &SledJournal, records: &[(Space, Digest, Vec<u8>)]) {
+        for (space, key, value) in records {
+            let (h, body) = stored::decode(value).unwrap();
+            let got = block(j.load(*space, key)).unwrap();
+            assert_eq!(got, Some(stored::loaded(h, body)), "{space:?} {key:?}");
+        }
+        let escalated = block(j.escalated()).unwrap();
+        assert_eq!(escalated.len(), 1);
+        assert_eq!(escalated[0].1.body, b"record 11");
+        let scanned = block(j.scan(Space::Ops, None, 10_000)).unwrap();
+        assert_eq!(scanned.len(), 320);
+        assert!(scanned.windows(2).all(|w| w[0].0 < w[1].0));
+        let events = all_events(j);
+        assert_eq!(events.len(), 400);
+        assert_eq!(events[399], b"event 399");
+    }
+
+    #[test]
+    fn a_format_3_journal_converts_whole_wherever_its_conversion_is_cut_short() {
+        for stop in [
+            None,
+            Some(Stop::Converted),
+            Some(Stop::ManifestWritten),
+            Some(Stop::MarkedFormat4),
+            Some(Stop::Purged),
+        ] {
+            let dir = tempfile::TempDir::new().unwrap();
+            let records = format_3_journal(dir.path());
+            if let Some(stop) = stop {
+                STOP.with(|s| s.set(Some(stop)));
+                let err = SledJournal::open(dir.path()).unwrap_err();
+                assert!(err.to_string().contains("stopped at"), "{stop:?}: {err}");
+                repair::wait_until_sled_lets_go(dir.path());
+            }
+            let j = SledJournal::open(dir.path()).unwrap();
+            assert_format_3_content(&j, &records);
+            drop(j);
+            // Settled records left sled for a table; what can still change
+            // stayed.
+            let m = manifest(dir.path());
+            assert_eq!(
+                m.tables.iter().map(|t| t.entries).sum::<u64>(),
+                398,
+                "{stop:?}"
+            );
+            assert!(!m.legacy_sled);
+            repair::wait_until_sled_lets_go(dir.path());
+            {
+                let db = sled::open(dir.path()).unwrap();
+                assert_eq!(db.open_tree("ops").unwrap().len(), 2, "{stop:?}");
+                assert_eq!(db.open_tree("audit").unwrap().len(), 0, "{stop:?}");
+            }
+            repair::wait_until_sled_lets_go(dir.path());
+            let j = SledJournal::open(dir.path()).unwrap();
+            assert_format_3_content(&j, &records);
+        }
     }
 
     #[test]
@@ -879,10 +1306,7 @@ mod tests {
         let j = SledJournal::open(dir.path()).unwrap();
         assert_eq!(all_events(&j), bodies);
         drop(j);
-        assert_eq!(
-            audit_layout(dir.path()),
-            [(0, true), (128, true), (256, true)]
-        );
+        assert_eq!(audit_layout(dir.path()), []);
     }
 
     #[cfg(unix)]
@@ -957,6 +1381,38 @@ mod tests {
     }
 
     #[test]
+    fn damage_in_a_table_page_is_found_by_the_scrub_and_never_read_as_absence() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let j = SledJournal::open(dir.path()).unwrap();
+        write_twenty(&j);
+        drop(j);
+        let m = manifest(dir.path());
+        assert_eq!(m.tables.len(), 1, "{m:?}");
+        let file = table::path(dir.path(), m.tables[0].id);
+        let mut bytes = fs::read(&file).unwrap();
+        // Inside the first page's packed bytes: the open reads only the
+        // header, footer, index and filter, so it opens.
+        bytes[40] ^= 0x01;
+        fs::write(&file, &bytes).unwrap();
+        let j = SledJournal::open(dir.path()).unwrap();
+        assert_eq!(j.store().wait_for_scrub(), Some(1));
+        for i in 0..20u8 {
+            let err = block(j.load(Space::Ops, &[i; 32])).unwrap_err();
+            assert!(
+                matches!(&err, Error::Damaged { file: f, offset: Some(20), .. } if *f == file),
+                "record {i}: {err}"
+            );
+        }
+        drop(j);
+        // Undamaged, the scrub finds nothing.
+        bytes[40] ^= 0x01;
+        fs::write(&file, &bytes).unwrap();
+        let j = SledJournal::open(dir.path()).unwrap();
+        assert_eq!(j.store().wait_for_scrub(), Some(0));
+        assert_twenty(&j);
+    }
+
+    #[test]
     fn a_clean_close_leaves_no_log_to_replay() {
         let dir = tempfile::TempDir::new().unwrap();
         let j = SledJournal::open(dir.path()).unwrap();
@@ -964,7 +1420,7 @@ mod tests {
         drop(j);
         // Every segment after the checkpoint is empty: the next open
         // applies nothing, and the records are in sled.
-        let cp: Checkpoint = files::read(dir.path(), files::CHECKPOINT, Kind::Checkpoint)
+        let cp: Manifest = files::read(dir.path(), files::MANIFEST, Kind::Checkpoint)
             .unwrap()
             .unwrap();
         let after: Vec<u64> = wal::segments(dir.path())
@@ -994,14 +1450,14 @@ mod tests {
         let dir = tempfile::TempDir::new().unwrap();
         let j = SledJournal::open(dir.path()).unwrap();
         write_twenty(&j);
-        let before: Checkpoint = files::read(dir.path(), files::CHECKPOINT, Kind::Checkpoint)
+        let before: Manifest = files::read(dir.path(), files::MANIFEST, Kind::Checkpoint)
             .unwrap()
             .unwrap();
         j.store()
             .panic_in_checkpoint
             .store(true, std::sync::atomic::Ordering::Relaxed);
         drop(j);
-        let after: Checkpoint = files::read(dir.path(), files::CHECKPOINT, Kind::Checkpoint)
+        let after: Manifest = files::read(dir.path(), files::MANIFEST, Kind::Checkpoint)
             .unwrap()
             .unwrap();
         assert_eq!(after, before, "the failed checkpoint recorded nothing");

@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 mod apply;
+mod audit;
 mod deflate;
 mod digest;
 mod events;
@@ -20,10 +21,14 @@ mod files;
 pub mod fuzzing;
 mod image;
 mod journal;
+mod legacy;
 mod memory;
+mod merge;
 mod repair;
+mod settle;
 mod store;
 mod stored;
+mod table;
 mod wal;
 
 pub use journal::{SledJournal, SledOptions};

@@ -2,7 +2,9 @@
 //!
 //! sled is opened, the log since the last checkpoint applied to it, and its
 //! whole content checked against the checkpoint's digest plus the log's
-//! changes. Damage (sled panics or reports corruption, a value does not
+//! changes (from format 4 on, sled holds only what can still change, so
+//! this reads little; a journal of format 2 or 3 is opened the old way,
+//! everything checked, before its conversion, `legacy.rs`). Damage (sled panics or reports corruption, a value does not
 //! decode, the digest differs) is repaired when the journal holds a full
 //! second copy (`image.rs`): the image and every log segment after it,
 //! each intact. sled's damaged files are set aside in
@@ -17,8 +19,8 @@ use std::time::Duration;
 
 use crate::apply::{self, Applied, Trees};
 use crate::digest::Digest as ContentDigest;
-use crate::files::Checkpoint;
 use crate::image;
+use crate::legacy;
 use crate::wal::{self, Unit};
 use idem_journal::error::Error;
 
@@ -49,12 +51,33 @@ pub(super) struct Found<'a> {
     pub path: &'a Path,
     pub location: &'a str,
     pub settings: SledSettings,
-    pub checkpoint: &'a Checkpoint,
+    /// What the last checkpoint recorded: the generation it covers, the
+    /// lsn after it, and sled's digest then.
+    pub checkpoint: Covered,
     pub segments: &'a [(u64, PathBuf)],
     pub units: &'a [Unit],
-    /// The journal is of format 2: its audit buckets are rewritten
-    /// ([`apply::regroup`]) before the log is applied to them.
-    pub regroup: bool,
+    pub mode: Mode,
+}
+
+/// What the last checkpoint recorded (see [`Found`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Covered {
+    pub gen: u64,
+    pub next_lsn: u64,
+    pub digest: ContentDigest,
+}
+
+/// Which format's rules sled is opened under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Format 4: sled holds what can still change. `purge`: a converted
+    /// journal's sled still holds its old copies (`legacy::convert`),
+    /// removed before the check.
+    Current { purge: bool },
+    /// Formats 2 and 3: sled holds everything. `regroup`: format 2, whose
+    /// audit buckets are rewritten ([`legacy::regroup`]) before the log is
+    /// applied to them.
+    Legacy { regroup: bool },
 }
 
 /// Opens sled, applies the log since the checkpoint and checks the result;
@@ -68,8 +91,18 @@ pub(super) fn open(found: &Found<'_>) -> Result<Opened, Error> {
         .map_err(|e| Error::storage("remove a partial snapshot", found.location, e))?;
     let first = catch_sled_panic(found.path, || {
         let trees = found.open_sled()?;
-        if found.regroup {
-            let written = apply::regroup(&trees)
+        if found.mode == (Mode::Current { purge: true }) {
+            let removed = apply::purge_legacy(&trees)
+                .map_err(|f| found.failed("remove what a converted journal left in sled", f))?;
+            tracing::info!(
+                target: "idem::journal",
+                location = %found.location,
+                entries = removed,
+                "converted journal: its old copies removed from sled"
+            );
+        }
+        if found.mode == (Mode::Legacy { regroup: true }) {
+            let written = legacy::regroup(&trees)
                 .map_err(|f| found.failed("rewrite the audit buckets of format 2", f))?;
             tracing::info!(
                 target: "idem::journal",
@@ -119,15 +152,22 @@ impl Found<'_> {
     }
 
     fn apply(&self, trees: &Trees, units: &[Unit], op: &'static str) -> Result<Applied, Error> {
-        apply::apply(trees, units).map_err(|f| self.failed(op, f))
+        match self.mode {
+            Mode::Current { .. } => apply::apply(trees, units),
+            Mode::Legacy { .. } => legacy::apply(trees, units),
+        }
+        .map_err(|f| self.failed(op, f))
     }
 
     /// Reads every entry of sled and compares with what the checkpoint and
     /// the log since it say sled holds.
     fn check(&self, trees: Trees, applied: Applied) -> Result<Opened, Error> {
-        let (found, last_seq) =
-            apply::scan_digest(&trees).map_err(|f| self.failed("check sled's content", f))?;
-        let mut expected = self.checkpoint.digest();
+        let (found, last_seq) = match self.mode {
+            Mode::Current { .. } => apply::scan_digest(&trees).map(|d| (d, None)),
+            Mode::Legacy { .. } => legacy::scan_digest(&trees),
+        }
+        .map_err(|f| self.failed("check sled's content", f))?;
+        let mut expected = self.checkpoint.digest;
         expected.apply(applied.delta.xor, applied.delta.count);
         if found != expected {
             return Err(damaged_sled(self.path, found, expected));
@@ -147,7 +187,7 @@ impl Found<'_> {
             Ok(image) => image,
             Err(e) => return Err(unrepaired(why, format!("the image is damaged too ({e})"))),
         };
-        let kept = match kept_log(image.as_ref(), self.checkpoint, self.segments) {
+        let kept = match kept_log(image.as_ref(), &self.checkpoint, self.segments) {
             Ok(kept) => kept,
             Err(e) => return Err(unrepaired(why, e)),
         };
@@ -221,7 +261,7 @@ fn unrepaired(why: Error, because: String) -> Error {
 /// present, intact and in sequence, or why not.
 fn kept_log(
     image: Option<&image::Image>,
-    checkpoint: &Checkpoint,
+    checkpoint: &Covered,
     segments: &[(u64, PathBuf)],
 ) -> Result<Vec<Unit>, String> {
     let (mut gen, mut lsn) = image.map_or((1, 1), |i| (i.gen + 1, i.next_lsn));

@@ -2,20 +2,28 @@
 //! durability and checkpoints.
 //!
 //! A write is decided and logged under one lock: its condition is checked
-//! against the newest value (the overlay, else sled), its unit appended to
-//! the pending log buffer, and the overlay updated, so the log's order of
-//! changes is the order they were decided in. A barrier takes every
-//! pending unit and every waiter, writes and fdatasyncs once, and answers
-//! them all (group commit).
+//! against the newest value (the overlay, else sled, else the tables), its
+//! unit appended to the pending log buffer, and the overlay updated, so the
+//! log's order of changes is the order they were decided in. A barrier
+//! takes every pending unit and every waiter, writes and fdatasyncs once,
+//! and answers them all (group commit).
 //!
-//! sled is not written here: the overlay holds every change since the last
-//! checkpoint, and a checkpoint (on its own thread, once the current
-//! segment is large) applies the rotated-away segments to sled, makes sled
-//! durable, records the checkpoint and drops the overlay entries they
-//! covered. See `apply.rs`. The segments stay: with the last image they are
+//! Nothing else is written on a call's path: the overlay holds every
+//! change since the last checkpoint, and a checkpoint (on its own thread,
+//! once the current segment is large) settles the rotated-away segments
+//! (`settle.rs`: settled records into a new table, events into a new audit
+//! file, what can still change into sled), writes the manifest and drops
+//! the overlay entries they covered. Tables are merged on another thread
+//! (`merge.rs`). The segments stay: with the last image of sled they are
 //! the second copy of sled's content that repairs sled after a power cut.
 //! Once they outgrow that image, a new one is written (on another thread)
 //! and the segments it covers are deleted. See `image.rs`.
+//!
+//! A read looks in the overlay, then sled, then the tables from the
+//! newest. A checkpoint moves a key from the overlay to sled or a table
+//! while a read may be between the two; a read therefore notes how many
+//! checkpoints and merges had been installed when it looked at the
+//! overlay, and starts again if that changed before it finished.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::File;
@@ -27,12 +35,13 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use crate::apply::{self, Trees};
+use crate::audit::AuditFile;
 use crate::digest::{self, Digest as ContentDigest};
-use crate::events;
-use crate::files::{self, Checkpoint};
-use crate::image;
+use crate::files::{self, AuditMeta, Manifest, TableMeta};
 use crate::stored::{self, Header};
+use crate::table::{self, Found, ReadError, Table};
 use crate::wal::{self, Change, Tree};
+use crate::{image, merge, settle};
 use idem_journal::error::Error;
 use idem_journal::journal::{
     ClaimChange, Digest, EventRows, Expect, Loaded, NewEvent, Write, Written,
@@ -126,8 +135,19 @@ struct State {
     checkpointing: bool,
     /// The largest a log segment has grown (for tests of the bound).
     peak_size: u64,
-    /// What the last checkpoint recorded.
-    checkpoint: Checkpoint,
+    /// What the last checkpoint (or merge) recorded.
+    manifest: Manifest,
+    /// The tables the manifest names, open, oldest first.
+    tables: Arc<Vec<Arc<Table>>>,
+    /// The audit files it names, in sequence order.
+    audit: Arc<Vec<AuditMeta>>,
+    /// Checkpoints and merges installed so far (see the module docs).
+    installs: u64,
+    /// The next id a table or audit file gets.
+    next_file: u64,
+    merging: bool,
+    /// Damaged files the scrub found, once it has run.
+    scrub_findings: Option<u64>,
     /// The segment generation the last image covers (0: none) and its size.
     image_gen: u64,
     image_bytes: u64,
@@ -145,13 +165,15 @@ pub(super) struct Store {
     /// Signalled when a checkpoint ends (see [`BACKLOG`]).
     checkpointed: Condvar,
     checkpointer: Background,
-    /// One truncation at a time (it reads outside the state lock).
-    truncating: Mutex<()>,
     /// fdatasyncs of the log so far (what group commit saves).
     fsyncs: std::sync::atomic::AtomicU64,
     /// Set when the journal closes: an image being written gives up.
     closing: AtomicBool,
     imager: Background,
+    merger: Background,
+    scrubber: Background,
+    /// One manifest written at a time: checkpoints and merges both move it.
+    manifest_io: Mutex<()>,
     /// Tests: the next checkpoint panics as sled does on damage.
     #[cfg(test)]
     pub(super) panic_in_checkpoint: AtomicBool,
@@ -182,20 +204,22 @@ fn tree_range(tree: Tree, after: Option<&Digest>) -> KeyRange {
 }
 
 impl Store {
-    /// A store over sled `trees`, logging to a fresh segment after `last`
-    /// (the checkpoint just written); `image` is the generation the image
-    /// on disk covers (0: none) and its size.
+    /// A store over sled `trees`, logging to a fresh segment after the
+    /// one `manifest` covers (the manifest just written), with its
+    /// `tables` open (oldest first); `image` is the generation the image on
+    /// disk covers (0: none) and its size.
     pub(super) fn start(
         dir: PathBuf,
         location: String,
         trees: Trees,
-        checkpoint: Checkpoint,
+        manifest: Manifest,
+        tables: Vec<Arc<Table>>,
         image: (u64, u64),
         tuning: Tuning,
     ) -> std::io::Result<Arc<Store>> {
-        let gen = checkpoint.gen + 1;
+        let gen = manifest.gen + 1;
         let file = wal::create_segment(&dir, gen)?;
-        Ok(Arc::new(Store {
+        let store = Arc::new(Store {
             dir,
             location,
             trees,
@@ -209,16 +233,22 @@ impl Store {
                 waiters: Vec::new(),
                 flushing: false,
                 broken: None,
-                next_lsn: checkpoint.next_lsn,
-                next_seq: checkpoint.next_seq,
-                durable_lsn: checkpoint.next_lsn.saturating_sub(1),
+                next_lsn: manifest.next_lsn,
+                next_seq: manifest.next_seq,
+                durable_lsn: manifest.next_lsn.saturating_sub(1),
                 overlay: BTreeMap::new(),
                 tail: VecDeque::new(),
-                floor: 0,
+                floor: manifest.floor,
                 eventual_scheduled: false,
                 checkpointing: false,
                 peak_size: 0,
-                checkpoint,
+                tables: Arc::new(tables),
+                audit: Arc::new(manifest.audit.clone()),
+                installs: 0,
+                next_file: manifest.next_file,
+                merging: false,
+                scrub_findings: None,
+                manifest,
                 image_gen: image.0,
                 image_bytes: image.1,
                 imaging: false,
@@ -226,15 +256,20 @@ impl Store {
             idle: Condvar::new(),
             checkpointed: Condvar::new(),
             checkpointer: Background::default(),
-            truncating: Mutex::new(()),
             fsyncs: std::sync::atomic::AtomicU64::new(0),
             closing: AtomicBool::new(false),
             imager: Background::default(),
+            merger: Background::default(),
+            scrubber: Background::default(),
+            manifest_io: Mutex::new(()),
             #[cfg(test)]
             panic_in_checkpoint: AtomicBool::new(false),
             #[cfg(any(test, feature = "fuzzing"))]
             no_close_checkpoint: AtomicBool::new(false),
-        }))
+        });
+        // Tables an earlier run left unmerged.
+        store.maybe_merge();
+        Ok(store)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -258,30 +293,78 @@ impl Store {
         }
     }
 
-    /// The newest bytes of a key: the overlay's, else sled's.
+    /// An error for damage or a failed read in a table.
+    fn table_err(&self, path: &std::path::Path, e: ReadError) -> Error {
+        match e {
+            ReadError::Damaged(d) => Error::Damaged {
+                file: path.to_path_buf(),
+                offset: Some(d.offset),
+                detail: d.detail,
+            },
+            ReadError::Io(e) => Error::storage("read a table", &path.display().to_string(), e),
+        }
+    }
+
+    /// What sled, then the tables (newest first), hold for a key: the
+    /// newest bytes outside the overlay.
+    fn settled_value(
+        &self,
+        tables: &[Arc<Table>],
+        tree: Tree,
+        key: &Digest,
+    ) -> Result<Option<Arc<[u8]>>, Error> {
+        if let Some(v) = self
+            .trees
+            .tree(tree)
+            .get(key)
+            .map_err(|e| self.err("read", e))?
+        {
+            return Ok(Some(Arc::from(&*v)));
+        }
+        if tree == Tree::Escalations {
+            return Ok(None);
+        }
+        let k = table::key(tree as u8, key);
+        for t in tables.iter().rev() {
+            match t.get(&k).map_err(|e| self.table_err(&t.path, e))? {
+                Found::No => continue,
+                Found::Removed => return Ok(None),
+                Found::Value(v) => return Ok(Some(Arc::from(v))),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The newest bytes of a key, under the state lock (which keeps a
+    /// checkpoint from moving it meanwhile).
     fn current(&self, state: &State, tree: Tree, key: &Digest) -> Result<Option<Arc<[u8]>>, Error> {
         if let Some(p) = state.overlay.get(&(tree, *key)) {
             return Ok(p.value.clone());
         }
-        self.trees
-            .tree(tree)
-            .get(key)
-            .map(|v| v.map(|v| Arc::from(&*v)))
-            .map_err(|e| self.err("read", e))
+        self.settled_value(&state.tables, tree, key)
     }
 
     pub(super) fn load(&self, tree: Tree, key: &Digest) -> Result<Option<Loaded>, Error> {
-        let overlaid = self.lock().overlay.get(&(tree, *key)).cloned();
-        // Outside the lock: a checkpoint drops an overlay entry only after
-        // sled holds its value, so missing it here means sled has it.
-        let bytes = match overlaid {
-            Some(p) => p.value,
-            None => self
-                .trees
-                .tree(tree)
-                .get(key)
-                .map_err(|e| self.err("read", e))?
-                .map(|v| Arc::from(&*v)),
+        let bytes = loop {
+            let (overlaid, tables, installs) = {
+                let st = self.lock();
+                (
+                    st.overlay.get(&(tree, *key)).map(|p| p.value.clone()),
+                    st.tables.clone(),
+                    st.installs,
+                )
+            };
+            if let Some(v) = overlaid {
+                break v;
+            }
+            // Outside the lock. A checkpoint that settled this key since
+            // the overlay was read (the key written and checkpointed in
+            // between) may have removed it from sled before this read got
+            // there, with its table not among `tables`: then read again.
+            let found = self.settled_value(&tables, tree, key)?;
+            if self.lock().installs == installs {
+                break found;
+            }
         };
         let Some(bytes) = bytes else { return Ok(None) };
         let (h, body) = stored::decode(&bytes).map_err(|d| self.corrupt(tree, key, d))?;
@@ -328,11 +411,15 @@ impl Store {
         };
         let value: Arc<[u8]> = Arc::from(stored::encode(&header, w.body));
 
+        // The digest covers what sled holds once the unit is applied:
+        // records that can still change, and the escalation index.
         let mut delta = ContentDigest::default();
-        if let Some(o) = &old {
+        if let Some(o) = old.as_ref().filter(|o| apply::unsettled(o)) {
             delta.remove(digest::entry_hash(tree as u8, w.key, o));
         }
-        delta.add(digest::entry_hash(tree as u8, w.key, &value));
+        if apply::unsettled(&value) {
+            delta.add(digest::entry_hash(tree as u8, w.key, &value));
+        }
         let mut changes = vec![Change::Put {
             tree,
             key: &w.key[..],
@@ -359,11 +446,6 @@ impl Store {
         }
         let seqs: Vec<u64> = (st.next_seq..st.next_seq + w.events.len() as u64).collect();
         for (seq, e) in seqs.iter().zip(w.events) {
-            delta.add(digest::entry_hash(
-                digest::AUDIT,
-                &seq.to_be_bytes(),
-                e.bytes,
-            ));
             changes.push(Change::Event {
                 seq: *seq,
                 bytes: e.bytes,
@@ -415,7 +497,9 @@ impl Store {
         }
         let lsn = st.next_lsn;
         let mut delta = ContentDigest::default();
-        delta.remove(digest::entry_hash(tree as u8, key, &old));
+        if apply::unsettled(&old) {
+            delta.remove(digest::entry_hash(tree as u8, key, &old));
+        }
         let mut changes = vec![Change::Remove {
             tree,
             key: &key[..],
@@ -448,24 +532,16 @@ impl Store {
         }
         let lsn = st.next_lsn;
         let seqs: Vec<u64> = (st.next_seq..st.next_seq + events.len() as u64).collect();
-        let mut delta = ContentDigest::default();
         let changes: Vec<Change<&[u8]>> = seqs
             .iter()
             .zip(events)
-            .map(|(seq, e)| {
-                delta.add(digest::entry_hash(
-                    digest::AUDIT,
-                    &seq.to_be_bytes(),
-                    e.bytes,
-                ));
-                Change::Event {
-                    seq: *seq,
-                    bytes: e.bytes,
-                }
+            .map(|(seq, e)| Change::Event {
+                seq: *seq,
+                bytes: e.bytes,
             })
             .collect();
         let st = &mut *st;
-        wal::encode_unit(&mut st.pending, lsn, delta.xor, delta.count, &changes);
+        wal::encode_unit(&mut st.pending, lsn, 0, 0, &changes);
         st.next_lsn += 1;
         st.pending_lsn = lsn;
         st.next_seq += events.len() as u64;
@@ -479,9 +555,12 @@ impl Store {
         Ok(seqs)
     }
 
-    /// Durable events from `from`, at most `limit`.
+    /// Durable events from `from`, at most `limit`: the audit files', then
+    /// those still in memory.
     pub(super) fn events(&self, from: u64, limit: usize) -> Result<EventRows, Error> {
-        let (tail, floor) = {
+        // The files and the tail are taken under one lock: a checkpoint
+        // adds a file and drops the tail events it holds in one step.
+        let (tail, audit, floor) = {
             let st = self.lock();
             let tail: Vec<TailEvent> = st
                 .tail
@@ -490,31 +569,31 @@ impl Store {
                 .take(limit)
                 .cloned()
                 .collect();
-            (tail, st.floor)
+            (tail, st.audit.clone(), st.floor)
         };
         let from = from.max(floor);
         let mut out: EventRows = Vec::new();
-        let start = events::bucket_of(from).to_be_bytes();
-        'buckets: for item in self.trees.audit.range(start..) {
-            let (k, v) = item.map_err(|e| self.err("read the audit stream", e))?;
-            let bucket = events::decode_bucket(&v).map_err(|detail| Error::Corrupt {
-                what: "audit bucket",
-                location: self.location.clone(),
-                key: idem_journal::key::hex(&k),
-                detail,
-            })?;
-            for (seq, bytes) in bucket {
-                if seq < from {
-                    continue;
-                }
-                if out.len() >= limit {
-                    break 'buckets;
-                }
-                out.push((seq, bytes));
+        let start = audit.partition_point(|a| a.last < from);
+        for meta in &audit[start..] {
+            if out.len() >= limit {
+                break;
             }
+            let path = crate::audit::path(&self.dir, meta.id);
+            let file = match AuditFile::open(&self.dir, meta.id, Some(meta.bytes)) {
+                // A truncation removed it since: what it held is below the
+                // floor now, and so are the events asked for; read again.
+                Err(ReadError::Io(e))
+                    if e.kind() == std::io::ErrorKind::NotFound
+                        && self.lock().floor > meta.last =>
+                {
+                    return self.events(from, limit);
+                }
+                other => other.map_err(|e| self.table_err(&path, e))?,
+            };
+            file.read(from, limit, &mut out)
+                .map_err(|e| self.table_err(&path, e))?;
         }
-        // The tail holds what sled does not yet, and possibly (during a
-        // checkpoint) some of what it just received: one copy of each.
+        out.retain(|e| e.0 >= floor);
         let last = out.last().map(|e| e.0);
         for e in tail {
             if out.len() >= limit {
@@ -553,22 +632,43 @@ impl Store {
         Ok(keys.into_iter().collect())
     }
 
-    /// Up to `limit` records of `tree` after `after`, in key order: sled's
-    /// range and the overlay's, merged (the overlay's entry wins; its
-    /// removals hide sled's). The overlay is read a chunk at a time, so a
-    /// page costs its length plus the removals it skips, however large the
-    /// overlay is.
+    /// Up to `limit` records of `tree` after `after`, in key order: the
+    /// overlay's, sled's and every table's, merged (the newest source's
+    /// entry wins: overlay, sled, then tables from the newest; a removal
+    /// hides the older ones). A page is read again if a checkpoint or a
+    /// merge was installed while it was being read.
     pub(super) fn scan(
         &self,
         tree: Tree,
         after: Option<&Digest>,
         limit: usize,
     ) -> Result<Vec<(Digest, Loaded)>, Error> {
+        loop {
+            let (tables, installs) = {
+                let st = self.lock();
+                (st.tables.clone(), st.installs)
+            };
+            let page = self.scan_page(tree, after, limit, &tables)?;
+            if self.lock().installs == installs {
+                return Ok(page);
+            }
+        }
+    }
+
+    fn scan_page(
+        &self,
+        tree: Tree,
+        after: Option<&Digest>,
+        limit: usize,
+        tables: &[Arc<Table>],
+    ) -> Result<Vec<(Digest, Loaded)>, Error> {
         const CHUNK: usize = 256;
+        type Head = Option<(Digest, Option<Arc<[u8]>>)>;
         let decode = |k: Digest, v: &[u8]| -> Result<(Digest, Loaded), Error> {
             let (h, body) = stored::decode(v).map_err(|d| self.corrupt(tree, &k, d))?;
             Ok((k, stored::loaded(h, body)))
         };
+        // Sources, newest first: 0 the overlay, 1 sled, 2.. the tables.
         let mut sled_iter = match after {
             Some(a) => self.trees.tree(tree).range((
                 std::ops::Bound::Excluded(a.to_vec()),
@@ -576,93 +676,99 @@ impl Store {
             )),
             None => self.trees.tree(tree).range::<&[u8], _>(..),
         };
-        let mut next_sled = || -> Result<Option<(Digest, sled::IVec)>, Error> {
+        let mut next_sled = || -> Result<Head, Error> {
             for item in sled_iter.by_ref() {
                 let (k, v) = item.map_err(|e| self.err("scan", e))?;
                 if let Some(d) = digest_of(&k) {
-                    return Ok(Some((d, v)));
+                    return Ok(Some((d, Some(Arc::from(&*v)))));
                 }
             }
             Ok(None)
         };
+        let start = match after {
+            Some(a) => (table::key(tree as u8, a), false),
+            None => (table::key(tree as u8, &[0; 32]), true),
+        };
+        let mut table_iters: Vec<_> = tables
+            .iter()
+            .rev()
+            .map(|t| (t, t.iter_from(&start.0, start.1)))
+            .collect();
+        let mut next_table = |i: usize| -> Result<Head, Error> {
+            let (t, it) = &mut table_iters[i];
+            match it.next() {
+                None => Ok(None),
+                Some(Err(e)) => Err(self.table_err(&t.path, e)),
+                Some(Ok((k, v))) => {
+                    // Keys of another space end this one's range.
+                    if k[0] != tree as u8 {
+                        return Ok(None);
+                    }
+                    let d = digest_of(&k[1..]).expect("33-byte keys");
+                    Ok(Some((d, v.map(Arc::from))))
+                }
+            }
+        };
         let mut chunk: VecDeque<(Digest, Option<Arc<[u8]>>)> = VecDeque::new();
         let mut cursor = after.copied();
         let mut overlay_done = false;
-        let refill = |chunk: &mut VecDeque<_>, cursor: &mut Option<Digest>, done: &mut bool| {
-            if !chunk.is_empty() || *done {
-                return;
+        let mut next_overlay = || -> Head {
+            if chunk.is_empty() && !overlay_done {
+                let st = self.lock();
+                chunk.extend(
+                    st.overlay
+                        .range(tree_range(tree, cursor.as_ref()))
+                        .take(CHUNK)
+                        .map(|((_, k), p)| (*k, p.value.clone())),
+                );
+                drop(st);
+                match chunk.back() {
+                    Some((k, _)) => cursor = Some(*k),
+                    None => overlay_done = true,
+                }
             }
-            let st = self.lock();
-            chunk.extend(
-                st.overlay
-                    .range(tree_range(tree, cursor.as_ref()))
-                    .take(CHUNK)
-                    .map(|((_, k), p)| (*k, p.value.clone())),
-            );
-            drop(st);
-            match chunk.back() {
-                Some((k, _)) => *cursor = Some(*k),
-                None => *done = true,
-            }
+            chunk.pop_front()
         };
+        let mut heads: Vec<Head> = vec![next_overlay(), next_sled()?];
+        for i in 0..tables.len() {
+            heads.push(next_table(i)?);
+        }
         let mut out = Vec::new();
-        let mut sled_head = next_sled()?;
         while out.len() < limit {
-            refill(&mut chunk, &mut cursor, &mut overlay_done);
-            match (chunk.front(), &sled_head) {
-                (None, None) => break,
-                (Some((o, _)), s) if s.as_ref().is_none_or(|(sk, _)| o <= sk) => {
-                    let (o, value) = chunk.pop_front().expect("front exists");
-                    if sled_head.as_ref().is_some_and(|(sk, _)| *sk == o) {
-                        sled_head = next_sled()?;
+            let Some(min) = heads.iter().flatten().map(|(k, _)| *k).min() else {
+                break;
+            };
+            let mut winner: Option<Option<Arc<[u8]>>> = None;
+            for (i, head) in heads.iter_mut().enumerate() {
+                if head.as_ref().is_some_and(|(k, _)| *k == min) {
+                    let (_, v) = head.take().expect("head present");
+                    if winner.is_none() {
+                        winner = Some(v);
                     }
-                    if let Some(v) = value {
-                        out.push(decode(o, &v)?);
-                    }
+                    *head = match i {
+                        0 => next_overlay(),
+                        1 => next_sled()?,
+                        t => next_table(t - 2)?,
+                    };
                 }
-                (_, Some(_)) => {
-                    let (k, v) = sled_head.take().expect("head exists");
-                    out.push(decode(k, &v)?);
-                    sled_head = next_sled()?;
-                }
-                (Some(_), None) => unreachable!("covered by the first arm"),
+            }
+            if let Some(Some(v)) = winner {
+                out.push(decode(min, &v)?);
             }
         }
         Ok(out)
     }
 
-    /// Logs the removal of every event below `before`.
+    /// Logs the removal of every event below `before`; returns how many
+    /// that removes.
     pub(super) fn truncate_events(&self, before: u64) -> Result<u64, Error> {
-        let _one = self.truncating.lock().unwrap_or_else(|p| p.into_inner());
-        // Events below `before` no longer change (new ones are numbered
-        // higher), so they can be read without the state lock; the same
-        // number seen in sled and in the tail counts once.
-        let floor = self.lock().floor;
-        let mut doomed = ContentDigest::default();
-        let mut seen = BTreeSet::new();
-        let mut from = floor;
-        loop {
-            let page = self.events(from, 4096)?;
-            let Some(last) = page.last().map(|e| e.0) else {
-                break;
-            };
-            for (seq, bytes) in &page {
-                if *seq < before && seen.insert(*seq) {
-                    doomed.remove(digest::entry_hash(digest::AUDIT, &seq.to_be_bytes(), bytes));
-                }
-            }
-            if last >= before {
-                break;
-            }
-            from = last + 1;
-        }
-        // Events appended but not yet durable are not in `events`; they are
-        // numbered after every durable one, so below `before` only if the
-        // caller asked to truncate what it has not seen: refuse that.
         let mut st = self.lock();
         if let Some(why) = &st.broken {
             return Err(self.err("truncate the audit stream", why.clone()));
         }
+        // Events appended but not yet durable are numbered after every
+        // durable one, so below `before` only if the caller asked to
+        // truncate what it has not seen: refuse that.
         if st
             .tail
             .iter()
@@ -672,26 +778,49 @@ impl Store {
                 "truncate_events: events below the bound are not durable yet; sync first".into(),
             ));
         }
-        if before <= st.floor || seen.is_empty() {
+        if before <= st.floor {
+            return Ok(0);
+        }
+        let floor = st.floor;
+        // An audit file holds consecutive numbers (a checkpoint's events,
+        // from the floor on).
+        let in_files: u64 = st
+            .audit
+            .iter()
+            .map(|a| {
+                let lo = a.first.max(floor);
+                let hi = a.last.min(before - 1);
+                if lo > hi {
+                    0
+                } else {
+                    (hi - lo + 1).min(a.events)
+                }
+            })
+            .sum();
+        let newest_in_files = st.audit.last().map(|a| a.last);
+        let in_tail = st
+            .tail
+            .iter()
+            .filter(|e| {
+                e.seq >= floor && e.seq < before && newest_in_files.is_none_or(|l| e.seq > l)
+            })
+            .count() as u64;
+        let gone = in_files + in_tail;
+        if gone == 0 {
             return Ok(0);
         }
         let lsn = st.next_lsn;
         let st = &mut *st;
-        wal::encode_unit(
-            &mut st.pending,
-            lsn,
-            doomed.xor,
-            doomed.count,
-            &[Change::Truncate { before }],
-        );
+        wal::encode_unit(&mut st.pending, lsn, 0, 0, &[Change::Truncate { before }]);
         st.next_lsn += 1;
         st.pending_lsn = lsn;
         st.floor = before;
         st.tail.retain(|e| e.seq >= before);
-        Ok(seen.len() as u64)
+        Ok(gone)
     }
 
-    /// The log's size plus the image's and sled's.
+    /// The log's size plus the image's, sled's, the tables' and the audit
+    /// files'.
     pub(super) fn size_on_disk(&self) -> Result<u64, Error> {
         let sled = self
             .trees
@@ -705,7 +834,12 @@ impl Store {
             .map(|m| m.len())
             .sum();
         let image = std::fs::metadata(self.dir.join(image::IMAGE)).map_or(0, |m| m.len());
-        Ok(sled + log + image)
+        let files: u64 = {
+            let st = self.lock();
+            st.tables.iter().map(|t| t.bytes).sum::<u64>()
+                + st.audit.iter().map(|a| a.bytes).sum::<u64>()
+        };
+        Ok(sled + log + image + files)
     }
 
     // ---- durability ----
@@ -967,9 +1101,10 @@ impl Store {
         Some(st.durable_lsn)
     }
 
-    /// Applies segments up to `gen` to sled, makes sled durable, records
-    /// the checkpoint, and drops the overlay entries (lsn up to `covered`)
-    /// that sled now holds. Then starts an image if the kept log is large.
+    /// Settles segments up to `gen` (`settle.rs`), records the manifest,
+    /// and drops the overlay entries (lsn up to `covered`) and tail events
+    /// that sled, the new table and the new audit file now hold. Then
+    /// starts an image if the kept log is large, and a merge if one is due.
     fn checkpoint(self: Arc<Self>, gen: u64, covered: u64) {
         // sled 0.34 panics on some damage in its files. A checkpoint that
         // dies of it must not leave `checkpointing` set (writers would wait
@@ -980,7 +1115,7 @@ impl Store {
             if self.panic_in_checkpoint.swap(false, Ordering::Relaxed) {
                 panic!("injected: cannot find pid 5 in view_for_key");
             }
-            self.checkpoint_inner(gen)
+            self.checkpoint_inner(gen, covered)
         }));
         let outcome = outcome.unwrap_or_else(|panic| {
             let why = format!(
@@ -996,16 +1131,13 @@ impl Store {
             st.checkpointing = false;
             self.checkpointed.notify_all();
             match outcome {
-                Ok((cp, kept)) => {
-                    st.checkpoint = cp;
-                    st.overlay.retain(|_, p| p.lsn > covered);
-                    st.tail.retain(|e| e.lsn > covered);
+                Ok(kept) => {
                     let due = kept
                         > (LOG_PER_IMAGE * st.image_bytes)
                             .max(IMAGE_AFTER * self.tuning.checkpoint_bytes);
                     if due && !st.imaging && !self.closing.load(Ordering::Relaxed) {
                         st.imaging = true;
-                        Some(cp)
+                        Some(st.manifest.clone())
                     } else {
                         None
                     }
@@ -1021,20 +1153,21 @@ impl Store {
                 }
             }
         };
-        if let Some(cp) = image {
-            self.start_image(cp);
+        if let Some(m) = image {
+            self.clone().start_image(m);
         }
+        self.maybe_merge();
     }
 
-    /// Writes an image of sled from checkpoint `cp` on, on its own thread,
+    /// Writes an image of sled as of manifest `m` on, on its own thread,
     /// then deletes the log segments it covers.
-    fn start_image(self: Arc<Self>, cp: Checkpoint) {
+    fn start_image(self: Arc<Self>, m: Manifest) {
         let store = self.clone();
         let spawned = std::thread::Builder::new()
             .name("idem-image".into())
             .spawn(move || {
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    image::write(&store.dir, &store.trees, cp.gen, cp.next_lsn, &store.closing)
+                    image::write(&store.dir, &store.trees, m.gen, m.next_lsn, &store.closing)
                 }))
                 .unwrap_or_else(|panic| {
                     Err(std::io::Error::other(format!(
@@ -1043,14 +1176,14 @@ impl Store {
                     )))
                 })
                 .and_then(|bytes| {
-                    wal::remove_up_to(&store.dir, cp.gen)?;
+                    wal::remove_up_to(&store.dir, m.gen)?;
                     Ok(bytes)
                 });
                 let mut st = store.lock();
                 st.imaging = false;
                 match outcome {
                     Ok(bytes) => {
-                        st.image_gen = cp.gen;
+                        st.image_gen = m.gen;
                         st.image_bytes = bytes;
                     }
                     Err(_) if store.closing.load(Ordering::Relaxed) => {}
@@ -1061,9 +1194,6 @@ impl Store {
                         "writing the journal's image failed; the log is kept and a later checkpoint retries"
                     ),
                 }
-                drop(st);
-                // The image read all of sled through its cache.
-                crate::memory::release();
             });
         match spawned {
             // `imaging` was false: the previous one has finished.
@@ -1080,26 +1210,65 @@ impl Store {
         self.lock().image_gen
     }
 
-    /// Stops an image being written (the journal closes) and waits for it.
-    pub(super) fn stop_imaging(&self) {
+    /// Stops the image, the merge and the scrub (the journal closes) and
+    /// waits for them.
+    pub(super) fn stop_background(&self) {
         self.closing.store(true, Ordering::Relaxed);
         self.imager.join();
+        self.merger.join();
+        self.scrubber.join();
     }
 
-    /// Returns the checkpoint and the bytes of log kept since the image.
-    fn checkpoint_inner(&self, gen: u64) -> Result<(Checkpoint, u64), String> {
-        let (prev, image_gen) = {
+    /// Replaces the manifest with `next(current)`, durably, under the one
+    /// lock that orders manifests; `install` then updates the state to
+    /// match, under the state lock, before anyone can write another.
+    fn replace_manifest(
+        &self,
+        next: impl FnOnce(&Manifest, u64) -> Manifest,
+        install: impl FnOnce(&mut State, &Manifest),
+    ) -> Result<(), String> {
+        let _one = self.manifest_io.lock().unwrap_or_else(|p| p.into_inner());
+        let m = {
             let st = self.lock();
-            (st.checkpoint, st.image_gen)
+            next(&st.manifest, st.next_file)
+        };
+        files::write(&self.dir, files::MANIFEST, Kind::Checkpoint, &m)
+            .map_err(|e| e.to_string())?;
+        let mut st = self.lock();
+        install(&mut st, &m);
+        st.manifest = m;
+        st.audit = Arc::new(st.manifest.audit.clone());
+        st.installs += 1;
+        Ok(())
+    }
+
+    /// Reserves `n` file ids.
+    fn reserve_ids(&self, n: u64) -> u64 {
+        let mut st = self.lock();
+        let first = st.next_file;
+        st.next_file += n;
+        first
+    }
+
+    /// Returns the bytes of log kept since the image.
+    fn checkpoint_inner(&self, gen: u64, covered: u64) -> Result<u64, String> {
+        let (prev_gen, next_lsn, floor, image_gen) = {
+            let st = self.lock();
+            (
+                st.manifest.gen,
+                st.manifest.next_lsn,
+                st.manifest.floor,
+                st.image_gen,
+            )
         };
         let mut units = Vec::new();
-        let mut min_lsn = prev.next_lsn;
+        let mut min_lsn = next_lsn;
         let mut kept = 0u64;
         for (g, path) in wal::segments(&self.dir).map_err(|e| e.to_string())? {
             if g > image_gen && g <= gen {
                 kept += std::fs::metadata(&path).map_or(0, |m| m.len());
             }
-            if g <= prev.gen || g > gen {
+            if g <= prev_gen || g > gen {
                 continue;
             }
             let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
@@ -1110,29 +1279,237 @@ impl Store {
             }
             units.extend(seg.units);
         }
-        let applied = apply::apply(&self.trees, &units).map_err(|f| f.to_string())?;
-        apply::sync_sled(&self.dir, &self.trees).map_err(|e| e.to_string())?;
-        let mut digest = prev.digest();
-        digest.apply(applied.delta.xor, applied.delta.count);
-        let cp = Checkpoint {
-            gen,
-            xor: digest.xor,
-            count: digest.count,
-            next_seq: applied
-                .last_seq
-                .map_or(prev.next_seq, |s| (s + 1).max(prev.next_seq)),
-            next_lsn: applied
-                .last_lsn
-                .map_or(prev.next_lsn, |l| (l + 1).max(prev.next_lsn)),
+        let mut ids = self.reserve_ids(2);
+        let settled = settle::write(&self.dir, &self.trees, &units, floor, &mut ids)
+            .map_err(|f| f.to_string())?;
+        drop(units);
+        let table = match settled.table {
+            Some(t) => Some(Arc::new(
+                Table::open(&self.dir, t.id, Some(t.bytes))
+                    .map_err(|e| format!("the table just written does not read back: {e}"))?,
+            )),
+            None => None,
         };
-        files::write(&self.dir, files::CHECKPOINT, Kind::Checkpoint, &cp)
-            .map_err(|e| e.to_string())?;
-        Ok((cp, kept))
+        let mut dropped = Vec::new();
+        self.replace_manifest(
+            |prev, next_file| {
+                let (m, d) = settle::next_manifest(prev, &settled, gen, next_file);
+                dropped = d;
+                m
+            },
+            |st, _| {
+                if let Some(t) = table {
+                    let mut tables = (*st.tables).clone();
+                    tables.push(t);
+                    st.tables = Arc::new(tables);
+                }
+                st.overlay.retain(|_, p| p.lsn > covered);
+                st.tail.retain(|e| e.lsn > covered);
+            },
+        )?;
+        settle::remove_files(&self.dir, &dropped, &[]);
+        Ok(kept)
+    }
+
+    // ---- the scrub ----
+
+    /// Checks every page of every table and every chunk of every audit
+    /// file, on a low-priority thread of its own. An open checks what it
+    /// needs to trust absence (the manifest, every file's footer, index
+    /// and Bloom filter, sled's whole content); a page is checked when it
+    /// is read. This finds damage in pages nobody reads, early: it is
+    /// logged as an error naming the file and offset (reads of what it
+    /// damaged fail, never answer "absent").
+    pub(super) fn start_scrub(self: &Arc<Self>) {
+        let store = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("idem-scrub".into())
+            .spawn(move || {
+                background_priority();
+                let found = store.scrub();
+                store.lock().scrub_findings = Some(found);
+            });
+        if let Ok(handle) = spawned {
+            self.scrubber.replace(handle);
+        }
+    }
+
+    /// The scrub itself: how many damaged files it found.
+    fn scrub(&self) -> u64 {
+        let (tables, audit) = {
+            let st = self.lock();
+            (st.tables.clone(), st.audit.clone())
+        };
+        let mut damaged = 0;
+        let report = |what: &str, path: &std::path::Path, e: ReadError| {
+            tracing::error!(
+                target: "idem::journal",
+                location = %self.location,
+                file = %path.display(),
+                error = %e,
+                "the scrub found damage in {what}; reads of what it damaged fail until the \
+                 file is restored from a backup"
+            );
+        };
+        for t in tables.iter() {
+            if self.closing.load(Ordering::Relaxed) {
+                return damaged;
+            }
+            if let Err(e) = t.verify() {
+                report("a table", &t.path, e);
+                damaged += 1;
+            }
+        }
+        for a in audit.iter() {
+            if self.closing.load(Ordering::Relaxed) {
+                return damaged;
+            }
+            let path = crate::audit::path(&self.dir, a.id);
+            match AuditFile::open(&self.dir, a.id, Some(a.bytes)).and_then(|f| f.verify()) {
+                Ok(()) => {}
+                // Truncated away since the list was taken.
+                Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    report("an audit file", &path, e);
+                    damaged += 1;
+                }
+            }
+        }
+        damaged
+    }
+
+    /// Waits for the scrub; how many damaged files it found (tests).
+    #[cfg(test)]
+    pub(super) fn wait_for_scrub(&self) -> Option<u64> {
+        self.scrubber.join();
+        self.lock().scrub_findings
+    }
+
+    // ---- merges ----
+
+    /// Starts merging tables on a thread of its own, if a merge is due and
+    /// none runs.
+    fn maybe_merge(self: &Arc<Self>) {
+        let due = {
+            let mut st = self.lock();
+            if st.merging || st.broken.is_some() || self.closing.load(Ordering::Relaxed) {
+                return;
+            }
+            let metas: Vec<TableMeta> = st
+                .tables
+                .iter()
+                .map(|t| TableMeta {
+                    id: t.id,
+                    entries: t.entries,
+                    bytes: t.bytes,
+                })
+                .collect();
+            let Some(range) = merge::pick(&metas) else {
+                return;
+            };
+            st.merging = true;
+            let inputs: Vec<Arc<Table>> = st.tables[range.clone()].to_vec();
+            (inputs, range.start == 0)
+        };
+        let store = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("idem-merge".into())
+            .spawn(move || {
+                let (inputs, oldest) = due;
+                if let Err(e) = store.merge(&inputs, oldest) {
+                    if !store.closing.load(Ordering::Relaxed) {
+                        tracing::warn!(
+                            target: "idem::journal",
+                            location = %store.location,
+                            error = %e,
+                            "merging tables failed; they stay as they are, and reads go on"
+                        );
+                    }
+                    store.lock().merging = false;
+                    return;
+                }
+                store.lock().merging = false;
+                // The merged table may complete the next size class.
+                store.maybe_merge();
+            });
+        match spawned {
+            Ok(handle) => self.merger.replace(handle),
+            Err(_) => self.lock().merging = false,
+        }
+    }
+
+    /// Merges `inputs` (consecutive, oldest first) into one table and puts
+    /// it in their place.
+    fn merge(&self, inputs: &[Arc<Table>], oldest: bool) -> Result<(), String> {
+        let id = self.reserve_ids(1);
+        let written = merge::merge(&self.dir, inputs, id, oldest, &self.closing).map_err(|e| {
+            let _ = std::fs::remove_file(table::path(&self.dir, id));
+            e.to_string()
+        })?;
+        wal::sync_dir(&self.dir).map_err(|e| e.to_string())?;
+        let merged = Arc::new(
+            Table::open(&self.dir, written.id, Some(written.bytes))
+                .map_err(|e| format!("the merged table does not read back: {e}"))?,
+        );
+        let ids: Vec<u64> = inputs.iter().map(|t| t.id).collect();
+        let replace = |tables: &mut Vec<TableMeta>| {
+            let at = tables.iter().position(|t| t.id == ids[0]);
+            match at {
+                Some(at)
+                    if tables[at..]
+                        .iter()
+                        .map(|t| t.id)
+                        .take(ids.len())
+                        .eq(ids.iter().copied()) =>
+                {
+                    tables.splice(at..at + ids.len(), [written]);
+                    true
+                }
+                _ => false,
+            }
+        };
+        let ok = std::cell::Cell::new(true);
+        self.replace_manifest(
+            |prev, next_file| {
+                let mut m = prev.clone();
+                ok.set(replace(&mut m.tables));
+                m.next_file = m.next_file.max(next_file);
+                m
+            },
+            |st, _| {
+                if ok.get() {
+                    let mut tables = (*st.tables).clone();
+                    if let Some(at) = tables.iter().position(|t| t.id == ids[0]) {
+                        tables.splice(at..at + ids.len(), [merged.clone()]);
+                    }
+                    st.tables = Arc::new(tables);
+                }
+            },
+        )?;
+        if !ok.get() {
+            // Only one merge runs at a time and checkpoints only append:
+            // the inputs are always where they were. Leave it all alone.
+            let _ = std::fs::remove_file(table::path(&self.dir, id));
+            return Err("the merged tables moved in the manifest".into());
+        }
+        settle::remove_files(&self.dir, &[], &ids);
+        Ok(())
     }
 
     /// Waits for a running checkpoint to finish.
     pub(super) fn join_checkpointer(&self) {
         self.checkpointer.join();
+    }
+}
+
+/// Lowers the calling thread's scheduling priority (Linux: a thread's own
+/// nice value), for work that may take its time.
+fn background_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority with PRIO_PROCESS and who = 0 changes the calling
+    // thread's nice value (on Linux, per thread); no pointers involved.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 19);
     }
 }
 

@@ -1,0 +1,205 @@
+//! A checkpoint: what the log since the last one holds, moved to where it
+//! lives from then on.
+//!
+//! The units of the segments a checkpoint covers are folded into the last
+//! value of each key and the events they logged, then:
+//!
+//! 1. records that settled (no claim, no escalation) and removals go into
+//!    a new table, sorted by key; events at or above the floor into a new
+//!    audit file; both fsynced, then the directory;
+//! 2. sled receives what can still change (puts of unsettled records, the
+//!    escalation index) and loses what settled or was removed, and is made
+//!    durable (`apply::sync_sled`);
+//! 3. a new manifest names the new files (and no longer names audit files
+//!    wholly below the floor), with sled's digest moved by the units'
+//!    changes, and replaces the old one atomically and durably.
+//!
+//! Until 3 the old manifest is in force: it names neither new file (they
+//! are removed at the next open as leftovers), and the log it points after
+//! still holds every unit, so the next open (or checkpoint) settles them
+//! again. Step 2 is idempotent (`apply.rs`), so sled having received some
+//! of it before a crash changes nothing. The files the new manifest drops
+//! are deleted by the caller once it is written.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::apply::{self, Failed, Trees};
+use crate::digest::Digest;
+use crate::files::{AuditMeta, Manifest, TableMeta};
+use crate::wal::{Change, Tree, Unit};
+use crate::{audit, table};
+
+/// What a checkpoint wrote.
+#[derive(Debug)]
+pub(super) struct Settled {
+    /// The new table, if any record settled or was removed.
+    pub table: Option<TableMeta>,
+    /// The new audit file, if any event was logged.
+    pub audit: Option<AuditMeta>,
+    /// The units' changes to sled's digest, folded.
+    pub delta: Digest,
+    pub last_lsn: Option<u64>,
+    pub last_seq: Option<u64>,
+    /// The highest truncation bound the units logged.
+    pub truncated: Option<u64>,
+}
+
+/// Steps 1 and 2 of the module docs for `units` (in log order): the files
+/// get ids from `next_file` on (advanced past those used); events below
+/// `floor` (or below a truncation among the units) are left out.
+pub(super) fn write(
+    dir: &Path,
+    trees: &Trees,
+    units: &[Unit],
+    floor: u64,
+    next_file: &mut u64,
+) -> Result<Settled, Failed> {
+    let io = |e: std::io::Error| Failed::Io(e.to_string());
+    let mut finals: BTreeMap<(Tree, &[u8]), Option<&[u8]>> = BTreeMap::new();
+    let mut events: Vec<(u64, &[u8])> = Vec::new();
+    let mut settled = Settled {
+        table: None,
+        audit: None,
+        delta: Digest::default(),
+        last_lsn: None,
+        last_seq: None,
+        truncated: None,
+    };
+    for unit in units {
+        settled.delta.apply(unit.xor, unit.count);
+        settled.last_lsn = Some(unit.lsn);
+        for change in &unit.changes {
+            match change {
+                Change::Put { tree, key, value } => {
+                    finals.insert((*tree, key), Some(value));
+                }
+                Change::Remove { tree, key } => {
+                    finals.insert((*tree, key), None);
+                }
+                Change::Event { seq, bytes } => {
+                    settled.last_seq = Some(*seq);
+                    events.push((*seq, bytes));
+                }
+                Change::Truncate { before } => {
+                    settled.truncated = settled.truncated.max(Some(*before));
+                }
+            }
+        }
+    }
+    let floor = settled.truncated.map_or(floor, |t| t.max(floor));
+
+    // 1. The files.
+    let entries: Vec<(table::Key, Option<&[u8]>)> = finals
+        .iter()
+        .filter(|((tree, _), _)| *tree != Tree::Escalations)
+        .filter_map(|((tree, key), value)| {
+            let digest: [u8; 32] = (*key).try_into().ok()?;
+            match value {
+                Some(v) if apply::unsettled(v) => None,
+                _ => Some((table::key(*tree as u8, &digest), *value)),
+            }
+        })
+        .collect();
+    if !entries.is_empty() {
+        let id = *next_file;
+        *next_file += 1;
+        let mut w = table::Writer::create(dir, id, entries.len() as u64).map_err(io)?;
+        for (k, v) in &entries {
+            w.add(k, *v).map_err(io)?;
+        }
+        let written = w.finish().map_err(io)?;
+        settled.table = Some(TableMeta {
+            id: written.id,
+            entries: written.entries,
+            bytes: written.bytes,
+        });
+    }
+    // Sequence numbers grow with the log (and a number reused after a
+    // crash replaced a unit that never became durable), so the events are
+    // in order; only a truncation can leave some out.
+    events.retain(|(seq, _)| *seq >= floor);
+    if !events.is_empty() {
+        let id = *next_file;
+        *next_file += 1;
+        let written = audit::write(dir, id, events.iter().copied()).map_err(io)?;
+        settled.audit = Some(AuditMeta {
+            id: written.id,
+            first: written.first,
+            last: written.last,
+            events: written.events,
+            bytes: written.bytes,
+        });
+    }
+    if settled.table.is_some() || settled.audit.is_some() {
+        crate::wal::sync_dir(dir).map_err(io)?;
+    }
+
+    // 2. sled.
+    for ((tree, key), value) in &finals {
+        let t = trees.tree(*tree);
+        match value {
+            Some(v) if apply::in_sled(*tree, v) => {
+                t.insert(key, *v)?;
+            }
+            _ => {
+                t.remove(key)?;
+            }
+        }
+    }
+    apply::sync_sled(dir, trees).map_err(io)?;
+    Ok(settled)
+}
+
+/// Step 3's manifest: `prev` moved past `settled`, covering the log up to
+/// segment `gen`. Returns it and the audit files it no longer names
+/// (wholly below the floor), to delete once it is durable.
+pub(super) fn next_manifest(
+    prev: &Manifest,
+    settled: &Settled,
+    gen: u64,
+    next_file: u64,
+) -> (Manifest, Vec<u64>) {
+    let mut m = prev.clone();
+    m.gen = gen;
+    let mut digest = prev.digest();
+    digest.apply(settled.delta.xor, settled.delta.count);
+    m.xor = digest.xor;
+    m.count = digest.count;
+    if let Some(s) = settled.last_seq {
+        m.next_seq = m.next_seq.max(s + 1);
+    }
+    if let Some(l) = settled.last_lsn {
+        m.next_lsn = m.next_lsn.max(l + 1);
+    }
+    if let Some(t) = settled.truncated {
+        m.floor = m.floor.max(t);
+    }
+    m.next_file = m.next_file.max(next_file);
+    m.tables.extend(settled.table);
+    m.audit.extend(settled.audit);
+    let floor = m.floor;
+    let dropped = m
+        .audit
+        .iter()
+        .filter(|a| a.last < floor)
+        .map(|a| a.id)
+        .collect();
+    m.audit.retain(|a| a.last >= floor);
+    (m, dropped)
+}
+
+/// Removes files the manifest no longer names (after it is durable).
+/// Failing leaves garbage the next open removes.
+pub(super) fn remove_files(dir: &Path, audit_ids: &[u64], table_ids: &[u64]) {
+    let mut removed = false;
+    for id in audit_ids {
+        removed |= std::fs::remove_file(audit::path(dir, *id)).is_ok();
+    }
+    for id in table_ids {
+        removed |= std::fs::remove_file(table::path(dir, *id)).is_ok();
+    }
+    if removed {
+        let _ = crate::wal::sync_dir(dir);
+    }
+}
