@@ -40,11 +40,11 @@ use idem_journal::record::crc32;
 pub(super) const PREFIX: &str = "idem-audit.";
 const MAGIC: &[u8; 8] = b"IDEMAUD1";
 const FOOTER_MAGIC: &[u8; 8] = b"IDEMAUDE";
-const HEADER_LEN: usize = 20;
+pub(super) const HEADER_LEN: usize = 20;
 /// Bytes of the footer.
-const FOOTER_LEN: usize = 8 + 8 + 8 + 4 + 8 + 4 + 4 + 8 + 8 + 4;
-const CHUNK_HEAD: usize = 24;
-const DIR_ENTRY: usize = 8 + 8 + 8 + 4;
+pub(super) const FOOTER_LEN: usize = 8 + 8 + 8 + 4 + 8 + 4 + 4 + 8 + 8 + 4;
+pub(super) const CHUNK_HEAD: usize = 24;
+pub(super) const DIR_ENTRY: usize = 8 + 8 + 8 + 4;
 /// A chunk is closed once its frames reach this many bytes.
 const CHUNK_BYTES: usize = 64 << 10;
 /// The largest plain chunk a file may claim: one event of the largest

@@ -300,8 +300,9 @@ impl SledJournal {
         // stay (the copy that repairs sled) except those an image covers,
         // whose removal was cut short.
         let mut next_file = manifest.next_file;
-        let settled = settle::write(&path, &trees, &units, manifest.floor, &mut next_file)
-            .map_err(|f| match f {
+        let fold = settle::Fold::of(units);
+        let settled = settle::write(&path, &trees, fold, manifest.floor, &mut next_file).map_err(
+            |f| match f {
                 apply::Failed::Damaged(detail) => Error::Damaged {
                     file: path.join("db"),
                     offset: None,
@@ -310,8 +311,8 @@ impl SledJournal {
                 apply::Failed::Io(detail) => {
                     Error::storage("settle the write-ahead log", &location, detail)
                 }
-            })?;
-        drop(units);
+            },
+        )?;
         let (mut next, dropped) = settle::next_manifest(&manifest, &settled, last_gen, next_file);
         next.legacy_sled = false;
         let mut tables = tables;
@@ -1768,18 +1769,22 @@ mod tests {
     }
 
     #[test]
-    fn scans_merge_sled_and_the_overlay_in_key_order_across_checkpoints() {
+    fn scans_and_loads_agree_with_a_model_across_checkpoints_and_merges() {
         use std::collections::BTreeMap;
         let dir = tempfile::TempDir::new().unwrap();
-        // Tiny segments: checkpoints run all along, on their own thread, so
-        // records sit in sled, in the overlay, or move between them while
-        // the scans run.
+        // Tiny segments: checkpoints run all along, on their own thread, and
+        // merges on another, so records sit in the overlay, in sled (while
+        // claimed), in tables, or move between them while the reads run.
         let options = SledOptions {
             checkpoint_bytes: 2 << 10,
             ..SledOptions::default()
         };
+        let owner = Owner {
+            worker: "w".into(),
+            incarnation: 1,
+        };
         let j = SledJournal::open_with(dir.path(), &options).unwrap();
-        let mut model: BTreeMap<Digest, (u64, Vec<u8>)> = BTreeMap::new();
+        let mut model: BTreeMap<Digest, (u64, Vec<u8>, bool)> = BTreeMap::new();
         let mut seed = 7u64;
         let mut next = || {
             seed ^= seed << 13;
@@ -1787,30 +1792,8 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        for round in 0..600u64 {
-            let mut key = [0u8; 32];
-            key[..2].copy_from_slice(&((next() % 200) as u16).to_be_bytes());
-            match model.get(&key).cloned() {
-                Some((version, _)) if next() % 3 == 0 => {
-                    assert!(block(j.remove(Space::Ops, &key, version)).unwrap());
-                    model.remove(&key);
-                }
-                found => {
-                    let body = round.to_be_bytes().to_vec();
-                    let expect = found.map_or(Expect::Absent, |(v, _)| Expect::Version(v));
-                    let w = Write {
-                        key: &key,
-                        durability: Durability::Eventual,
-                        ..put(expect, &body, &[])
-                    };
-                    let Written::Done { version, .. } = block(j.write(w)).unwrap() else {
-                        panic!("conflict")
-                    };
-                    model.insert(key, (version, body));
-                }
-            }
-            if round % 50 == 49 {
-                block(j.sync()).unwrap();
+        let check =
+            |j: &SledJournal, model: &BTreeMap<Digest, (u64, Vec<u8>, bool)>, when: &str| {
                 let mut seen = Vec::new();
                 let mut after = None;
                 loop {
@@ -1819,13 +1802,63 @@ mod tests {
                     let Some(last) = page.last().map(|p| p.0) else {
                         break;
                     };
-                    seen.extend(page.into_iter().map(|(k, l)| (k, (l.version, l.body))));
+                    seen.extend(
+                        page.into_iter()
+                            .map(|(k, l)| (k, (l.version, l.body, l.claim.is_some()))),
+                    );
                     after = Some(last);
                 }
                 let want: Vec<_> = model.iter().map(|(k, v)| (*k, v.clone())).collect();
-                assert_eq!(seen, want, "round {round}");
+                assert_eq!(seen, want, "{when}");
+                for k in 0..200u16 {
+                    let mut key = [0u8; 32];
+                    key[..2].copy_from_slice(&k.to_be_bytes());
+                    let got = block(j.load(Space::Ops, &key))
+                        .unwrap()
+                        .map(|l| (l.version, l.body, l.claim.is_some()));
+                    assert_eq!(got.as_ref(), model.get(&key), "{when}: key {k}");
+                }
+            };
+        for round in 0..900u64 {
+            let mut key = [0u8; 32];
+            key[..2].copy_from_slice(&((next() % 200) as u16).to_be_bytes());
+            match model.get(&key).cloned() {
+                Some((version, _, _)) if next() % 3 == 0 => {
+                    assert!(block(j.remove(Space::Ops, &key, version)).unwrap());
+                    model.remove(&key);
+                }
+                found => {
+                    let body = round.to_be_bytes().to_vec();
+                    let expect = found.map_or(Expect::Absent, |(v, _, _)| Expect::Version(v));
+                    // A quarter are claimed: they stay in sled until a later
+                    // write releases them.
+                    let claimed = next() % 4 == 0;
+                    let w = Write {
+                        key: &key,
+                        durability: Durability::Eventual,
+                        claim: if claimed {
+                            ClaimChange::Take(&owner)
+                        } else {
+                            ClaimChange::Release
+                        },
+                        ..put(expect, &body, &[])
+                    };
+                    let Written::Done { version, .. } = block(j.write(w)).unwrap() else {
+                        panic!("conflict")
+                    };
+                    model.insert(key, (version, body, claimed));
+                }
+            }
+            if round % 50 == 49 {
+                block(j.sync()).unwrap();
+                check(&j, &model, &format!("round {round}"));
             }
         }
+        let tables = j.store().table_count();
+        assert!(tables >= 1, "nothing reached a table");
+        drop(j);
+        let j = SledJournal::open_with(dir.path(), &options).unwrap();
+        check(&j, &model, "after a reopen");
     }
 
     #[test]

@@ -45,48 +45,80 @@ pub(super) struct Settled {
     pub truncated: Option<u64>,
 }
 
-/// Steps 1 and 2 of the module docs for `units` (in log order): the files
-/// get ids from `next_file` on (advanced past those used); events below
-/// `floor` (or below a truncation among the units) are left out.
-pub(super) fn write(
-    dir: &Path,
-    trees: &Trees,
-    units: &[Unit],
-    floor: u64,
-    next_file: &mut u64,
-) -> Result<Settled, Failed> {
-    let io = |e: std::io::Error| Failed::Io(e.to_string());
-    let mut finals: BTreeMap<(Tree, &[u8]), Option<&[u8]>> = BTreeMap::new();
-    let mut events: Vec<(u64, &[u8])> = Vec::new();
-    let mut settled = Settled {
-        table: None,
-        audit: None,
-        delta: Digest::default(),
-        last_lsn: None,
-        last_seq: None,
-        truncated: None,
-    };
-    for unit in units {
-        settled.delta.apply(unit.xor, unit.count);
-        settled.last_lsn = Some(unit.lsn);
-        for change in &unit.changes {
+/// The units a checkpoint covers, folded as they are read: the last value
+/// of each key, the events, and what the units say of the log. Units are
+/// added one segment at a time, so a checkpoint holds this, not its log.
+#[derive(Debug, Default)]
+pub(super) struct Fold {
+    finals: BTreeMap<(Tree, Vec<u8>), Option<Vec<u8>>>,
+    events: Vec<(u64, Vec<u8>)>,
+    delta: Digest,
+    last_lsn: Option<u64>,
+    last_seq: Option<u64>,
+    truncated: Option<u64>,
+}
+
+impl Fold {
+    /// Adds the next unit, in log order.
+    pub(super) fn add(&mut self, unit: Unit) {
+        self.delta.apply(unit.xor, unit.count);
+        self.last_lsn = Some(unit.lsn);
+        for change in unit.changes {
             match change {
                 Change::Put { tree, key, value } => {
-                    finals.insert((*tree, key), Some(value));
+                    self.finals.insert((tree, key), Some(value));
                 }
                 Change::Remove { tree, key } => {
-                    finals.insert((*tree, key), None);
+                    self.finals.insert((tree, key), None);
                 }
                 Change::Event { seq, bytes } => {
-                    settled.last_seq = Some(*seq);
-                    events.push((*seq, bytes));
+                    self.last_seq = Some(seq);
+                    self.events.push((seq, bytes));
                 }
                 Change::Truncate { before } => {
-                    settled.truncated = settled.truncated.max(Some(*before));
+                    self.truncated = self.truncated.max(Some(before));
                 }
             }
         }
     }
+
+    /// Every unit of `units`, in order.
+    pub(super) fn of(units: impl IntoIterator<Item = Unit>) -> Fold {
+        let mut f = Fold::default();
+        for u in units {
+            f.add(u);
+        }
+        f
+    }
+}
+
+/// Steps 1 and 2 of the module docs for the folded units: the files get
+/// ids from `next_file` on (advanced past those used); events below
+/// `floor` (or below a truncation among the units) are left out.
+pub(super) fn write(
+    dir: &Path,
+    trees: &Trees,
+    fold: Fold,
+    floor: u64,
+    next_file: &mut u64,
+) -> Result<Settled, Failed> {
+    let io = |e: std::io::Error| Failed::Io(e.to_string());
+    let Fold {
+        finals,
+        mut events,
+        delta,
+        last_lsn,
+        last_seq,
+        truncated,
+    } = fold;
+    let mut settled = Settled {
+        table: None,
+        audit: None,
+        delta,
+        last_lsn,
+        last_seq,
+        truncated,
+    };
     let floor = settled.truncated.map_or(floor, |t| t.max(floor));
 
     // 1. The files.
@@ -94,10 +126,10 @@ pub(super) fn write(
         .iter()
         .filter(|((tree, _), _)| *tree != Tree::Escalations)
         .filter_map(|((tree, key), value)| {
-            let digest: [u8; 32] = (*key).try_into().ok()?;
+            let digest: [u8; 32] = key.as_slice().try_into().ok()?;
             match value {
                 Some(v) if apply::unsettled(v) => None,
-                _ => Some((table::key(*tree as u8, &digest), *value)),
+                _ => Some((table::key(*tree as u8, &digest), value.as_deref())),
             }
         })
         .collect();
@@ -122,7 +154,7 @@ pub(super) fn write(
     if !events.is_empty() {
         let id = *next_file;
         *next_file += 1;
-        let written = audit::write(dir, id, events.iter().copied()).map_err(io)?;
+        let written = audit::write(dir, id, events.iter().map(|(s, b)| (*s, b))).map_err(io)?;
         settled.audit = Some(AuditMeta {
             id: written.id,
             first: written.first,
@@ -136,11 +168,13 @@ pub(super) fn write(
     }
 
     // 2. sled.
-    for ((tree, key), value) in &finals {
-        let t = trees.tree(*tree);
+    drop(entries);
+    drop(events);
+    for ((tree, key), value) in finals {
+        let t = trees.tree(tree);
         match value {
-            Some(v) if apply::in_sled(*tree, v) => {
-                t.insert(key, *v)?;
+            Some(v) if apply::in_sled(tree, &v) => {
+                t.insert(key, v)?;
             }
             _ => {
                 t.remove(key)?;

@@ -1157,6 +1157,9 @@ impl Store {
             self.clone().start_image(m);
         }
         self.maybe_merge();
+        // A checkpoint reads megabytes of log in small pieces; give back
+        // what it freed rather than leave it in this thread's arena.
+        crate::memory::release();
     }
 
     /// Writes an image of sled as of manifest `m` on, on its own thread,
@@ -1261,7 +1264,9 @@ impl Store {
                 st.image_gen,
             )
         };
-        let mut units = Vec::new();
+        // One segment at a time: the fold keeps the last value of each key
+        // and the events, not the log.
+        let mut fold = settle::Fold::default();
         let mut min_lsn = next_lsn;
         let mut kept = 0u64;
         for (g, path) in wal::segments(&self.dir).map_err(|e| e.to_string())? {
@@ -1274,15 +1279,17 @@ impl Store {
             let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
             let seg = wal::read_segment(&bytes, g, false, min_lsn)
                 .map_err(|d| format!("{} at offset {}: {}", path.display(), d.offset, d.detail))?;
+            drop(bytes);
             if let Some(u) = seg.units.last() {
                 min_lsn = u.lsn + 1;
             }
-            units.extend(seg.units);
+            for u in seg.units {
+                fold.add(u);
+            }
         }
         let mut ids = self.reserve_ids(2);
-        let settled = settle::write(&self.dir, &self.trees, &units, floor, &mut ids)
+        let settled = settle::write(&self.dir, &self.trees, fold, floor, &mut ids)
             .map_err(|f| f.to_string())?;
-        drop(units);
         let table = match settled.table {
             Some(t) => Some(Arc::new(
                 Table::open(&self.dir, t.id, Some(t.bytes))
@@ -1378,6 +1385,12 @@ impl Store {
         damaged
     }
 
+    /// How many tables are open (tests).
+    #[cfg(test)]
+    pub(super) fn table_count(&self) -> usize {
+        self.lock().tables.len()
+    }
+
     /// Waits for the scrub; how many damaged files it found (tests).
     #[cfg(test)]
     pub(super) fn wait_for_scrub(&self) -> Option<u64> {
@@ -1387,36 +1400,54 @@ impl Store {
 
     // ---- merges ----
 
+    /// The tables to merge next (consecutive, oldest first) and whether
+    /// the first is the oldest of all, if a merge is due.
+    fn due_merge(&self, st: &State) -> Option<(Vec<Arc<Table>>, bool)> {
+        if st.broken.is_some() || self.closing.load(Ordering::Relaxed) {
+            return None;
+        }
+        let metas: Vec<TableMeta> = st
+            .tables
+            .iter()
+            .map(|t| TableMeta {
+                id: t.id,
+                entries: t.entries,
+                bytes: t.bytes,
+            })
+            .collect();
+        let range = merge::pick(&metas)?;
+        Some((st.tables[range.clone()].to_vec(), range.start == 0))
+    }
+
     /// Starts merging tables on a thread of its own, if a merge is due and
-    /// none runs.
+    /// none runs. The thread goes on while merges are due (a merged table
+    /// may complete the next size class).
     fn maybe_merge(self: &Arc<Self>) {
-        let due = {
+        {
             let mut st = self.lock();
-            if st.merging || st.broken.is_some() || self.closing.load(Ordering::Relaxed) {
+            if st.merging || self.due_merge(&st).is_none() {
                 return;
             }
-            let metas: Vec<TableMeta> = st
-                .tables
-                .iter()
-                .map(|t| TableMeta {
-                    id: t.id,
-                    entries: t.entries,
-                    bytes: t.bytes,
-                })
-                .collect();
-            let Some(range) = merge::pick(&metas) else {
-                return;
-            };
             st.merging = true;
-            let inputs: Vec<Arc<Table>> = st.tables[range.clone()].to_vec();
-            (inputs, range.start == 0)
-        };
+        }
         let store = self.clone();
         let spawned = std::thread::Builder::new()
             .name("idem-merge".into())
-            .spawn(move || {
-                let (inputs, oldest) = due;
-                if let Err(e) = store.merge(&inputs, oldest) {
+            .spawn(move || loop {
+                let due = {
+                    let mut st = store.lock();
+                    let due = store.due_merge(&st);
+                    if due.is_none() {
+                        st.merging = false;
+                    }
+                    due
+                };
+                let Some((inputs, oldest)) = due else {
+                    return;
+                };
+                let merged = store.merge(&inputs, oldest);
+                crate::memory::release();
+                if let Err(e) = merged {
                     if !store.closing.load(Ordering::Relaxed) {
                         tracing::warn!(
                             target: "idem::journal",
@@ -1428,11 +1459,10 @@ impl Store {
                     store.lock().merging = false;
                     return;
                 }
-                store.lock().merging = false;
-                // The merged table may complete the next size class.
-                store.maybe_merge();
             });
         match spawned {
+            // `merging` was false: the previous merge thread has finished
+            // (or is returning).
             Ok(handle) => self.merger.replace(handle),
             Err(_) => self.lock().merging = false,
         }

@@ -44,13 +44,13 @@ use idem_journal::record::crc32;
 pub(super) const PREFIX: &str = "idem-table.";
 const MAGIC: &[u8; 8] = b"IDEMTBL1";
 const FOOTER_MAGIC: &[u8; 8] = b"IDEMTBLE";
-const HEADER_LEN: usize = 20;
+pub(super) const HEADER_LEN: usize = 20;
 /// Bytes of the footer.
 pub(super) const FOOTER_LEN: usize = 8 + 4 + 8 + 4 + 1 + 4 + 8 + 4 + 4 + 8 + 8 + 4;
 /// Bytes of a page's frame before its packed bytes.
-const PAGE_HEAD: usize = 12;
+pub(super) const PAGE_HEAD: usize = 12;
 /// Bytes of a page index entry.
-const INDEX_ENTRY: usize = KEY_LEN + 8 + 4;
+pub(super) const INDEX_ENTRY: usize = KEY_LEN + 8 + 4;
 /// A page is closed once its plain bytes reach this. Pages are the unit of
 /// a read: an LZ4 block of 8 KiB inflates in about 2 µs.
 const PAGE_BYTES: usize = 8 << 10;
