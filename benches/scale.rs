@@ -27,15 +27,17 @@
 //!   against one and two fdatasyncs on the full journal;
 //! - **bytes on disk per operation** (the whole directory / N, audit
 //!   events, image and kept log included) and where they go: every file of
-//!   the directory (sled's `db`, `conf`, `blobs/`, `snap.*`; the journal's
-//!   `idem-image`, log segments `idem-wal.*`, small files), apparent and
-//!   allocated; the log written in all (segments are deleted once an image
-//!   covers them, so the sampler records each segment's largest size);
-//!   and, from the records themselves (a scan after the run): the key,
-//!   sled-journal header, record frame and every field of the operation
-//!   record's encoding, audit events per operation with their bytes and
-//!   the fields that fill them, and sled's own overhead (`db` against the
-//!   live keys and values it holds).
+//!   the directory (the tables `idem-table.*` of settled records, the
+//!   audit files `idem-audit.*`, sled's `db`, `conf`, `blobs/`, `snap.*`
+//!   holding what can still change; the journal's `idem-image`, log
+//!   segments `idem-wal.*`, small files), apparent and allocated; the log
+//!   written in all (segments are deleted once an image covers them, so
+//!   the sampler records each segment's largest size); and, from the
+//!   records themselves (a scan after the run): the key, sled-journal
+//!   header, record frame and every field of the operation record's
+//!   encoding, audit events per operation with their bytes and the fields
+//!   that fill them, and what compression makes of them (the tables
+//!   against the records' bytes, the audit files against the events').
 //!
 //! Run: `cargo bench --bench scale` (20,000 operations: a quick check),
 //! `cargo bench --bench scale -- --ops 1000000` for the issue's scale.
@@ -410,7 +412,8 @@ fn walk(path: &Path, into: &mut Entry) {
     }
 }
 
-/// The directory's files, grouped: sled's, the image, the log, the rest.
+/// The directory's files, grouped: the tables, the audit files, sled's,
+/// the image, the log, the rest.
 fn disk(dir: &Path) -> BTreeMap<String, Entry> {
     let mut out: BTreeMap<String, Entry> = BTreeMap::new();
     let mut segments: Vec<String> = Vec::new();
@@ -425,6 +428,8 @@ fn disk(dir: &Path) -> BTreeMap<String, Entry> {
                 continue;
             }
             let group = match name.as_str() {
+                n if n.starts_with("idem-table.") => "journal/tables (idem-table.*)".into(),
+                n if n.starts_with("idem-audit.") => "journal/audit files (idem-audit.*)".into(),
                 "db" | "conf" | "blobs" => format!("sled/{name}"),
                 "idem-image" => "journal/idem-image".into(),
                 n if n.starts_with("snap.") => "sled/snap.*".into(),
@@ -1019,9 +1024,9 @@ fn main() {
 
     let mut census_out = None;
     if o.inspect {
-        // Reopened, sled holds everything (the open applies the log since
-        // the last checkpoint and checkpoints), so its files and the live
-        // bytes it holds compare like with like.
+        // Reopened, the log is settled (the open checkpoints it): the
+        // tables and audit files hold everything that settled, so they
+        // compare like with like with the live bytes.
         let journal = open_journal();
         let disk_now = disk(&dir);
         let rt = runtime(&journal);
@@ -1039,7 +1044,7 @@ fn main() {
         );
         println!(
             "  per operation: key {:.0} B + stored value {:.0} B = {:.0} B; the calls' own audit events: \
-             {:.2} of {:.0} B = {:.0} B (+12 B of bucket framing each in sled, before compression)",
+             {:.2} of {:.0} B = {:.0} B (+12 B of framing each in an audit file, before compression)",
             per(c.op_key_bytes),
             per(c.op_value_bytes),
             per(c.op_key_bytes + c.op_value_bytes),
@@ -1057,12 +1062,20 @@ fn main() {
             .iter()
             .map(|k| disk_now.get(*k).map_or(0, |e| e.apparent))
             .sum();
+        let group = |k: &str| disk_now.get(k).map_or(0, |e| e.apparent);
+        let tables = group("journal/tables (idem-table.*)");
+        let audit_files = group("journal/audit files (idem-audit.*)");
+        let records = c.op_key_bytes + c.op_value_bytes + c.step_bytes;
         println!(
-            "  live keys and values in sled (audit buckets before compression): {:.0} B/op; sled's \
-             files now: {:.0} B/op = {:.2} x those bytes; image now {:.0} B/op, log now {:.0} B/op",
+            "  live keys and values (uncompressed): {:.0} B/op; tables now {:.0} B/op = {:.2} x the \
+             records' bytes, audit files {:.0} B/op = {:.2} x the events' bytes; sled's files {:.0} \
+             B/op; image now {:.0} B/op, log now {:.0} B/op",
             per(live),
+            per(tables),
+            tables as f64 / records.max(1) as f64,
+            per(audit_files),
+            audit_files as f64 / c.event_bytes.max(1) as f64,
             per(sled_files),
-            sled_files as f64 / live.max(1) as f64,
             per(disk_now.get("journal/idem-image").map_or(0, |e| e.apparent)),
             per(disk_now
                 .iter()
@@ -1104,7 +1117,8 @@ fn main() {
             per(c.op_key_bytes + c.op_value_bytes),
             write_events as f64 / ops,
             (c.event_bytes - hit_bytes) as f64 / write_events.max(1) as f64,
-            sled_files as f64 / live.max(1) as f64,
+            tables as f64 / records.max(1) as f64,
+            audit_files as f64 / c.event_bytes.max(1) as f64,
         ));
     }
 
@@ -1125,9 +1139,17 @@ fn main() {
             "<= 400 B",
         ),
         (
-            "  of which sled db+blobs+snap / image / log".into(),
+            "  of which tables / audit files / sled / image / log".into(),
             format!(
-                "{:.0} / {:.0} / {:.0} B",
+                "{:.0} / {:.0} / {:.0} / {:.0} / {:.0} B",
+                disk_after
+                    .get("journal/tables (idem-table.*)")
+                    .map_or(0, |e| e.apparent) as f64
+                    / n as f64,
+                disk_after
+                    .get("journal/audit files (idem-audit.*)")
+                    .map_or(0, |e| e.apparent) as f64
+                    / n as f64,
                 ["sled/db", "sled/blobs", "sled/snap.*"]
                     .iter()
                     .map(|k| disk_after.get(*k).map_or(0, |e| e.apparent))
@@ -1147,9 +1169,9 @@ fn main() {
             "",
         ),
         (
-            "  record / events per op / event size / sled files per live byte".into(),
-            census_out.map_or("(--no-inspect)".into(), |(r, e, s, a)| {
-                format!("{r:.0} B / {e:.2} / {s:.0} B / {a:.2} x")
+            "  record / events per op / event size / tables per record byte / audit files per event byte".into(),
+            census_out.map_or("(--no-inspect)".into(), |(r, e, s, t, a)| {
+                format!("{r:.0} B / {e:.2} / {s:.0} B / {t:.2} x / {a:.2} x")
             }),
             "",
         ),

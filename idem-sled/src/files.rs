@@ -71,6 +71,8 @@ impl Checkpoint {
 pub(super) struct TableMeta {
     pub id: u64,
     pub entries: u64,
+    /// Of the entries, how many are removals.
+    pub removals: u64,
     pub bytes: u64,
 }
 

@@ -1414,6 +1414,54 @@ mod tests {
     }
 
     #[test]
+    fn records_removed_by_retention_leave_the_tables_once_a_quarter_is_removals() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let options = SledOptions {
+            checkpoint_bytes: 4 << 10,
+            ..SledOptions::default()
+        };
+        let j = SledJournal::open_with(dir.path(), &options).unwrap();
+        let mut versions = Vec::new();
+        for i in 0..300u16 {
+            let mut key = [0u8; 32];
+            key[..2].copy_from_slice(&i.to_be_bytes());
+            let w = Write {
+                key: &key,
+                ..put(Expect::Absent, &[7; 100], &[])
+            };
+            let Written::Done { version, .. } = block(j.write(w)).unwrap() else {
+                panic!("conflict")
+            };
+            versions.push((key, version));
+        }
+        drop(j);
+        let j = SledJournal::open_with(dir.path(), &options).unwrap();
+        j.store().wait_for_merges();
+        let (entries, removals) = j.store().table_entries();
+        assert_eq!((entries, removals), (300, 0));
+        // Retention removes 100: a quarter of the 400 entries the tables
+        // then hold, so everything merges.
+        for (key, version) in &versions[..100] {
+            assert!(block(j.remove(Space::Ops, key, *version)).unwrap());
+        }
+        drop(j);
+        let j = SledJournal::open_with(dir.path(), &options).unwrap();
+        j.store().wait_for_merges();
+        let (entries, removals) = j.store().table_entries();
+        assert_eq!(
+            (entries, removals),
+            (200, 0),
+            "merged: the removals and what they hid went"
+        );
+        for (key, _) in &versions[..100] {
+            assert_eq!(block(j.load(Space::Ops, key)).unwrap(), None);
+        }
+        for (key, _) in &versions[100..] {
+            assert!(block(j.load(Space::Ops, key)).unwrap().is_some());
+        }
+    }
+
+    #[test]
     fn a_clean_close_leaves_no_log_to_replay() {
         let dir = tempfile::TempDir::new().unwrap();
         let j = SledJournal::open(dir.path()).unwrap();

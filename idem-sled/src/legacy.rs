@@ -263,6 +263,7 @@ pub(super) fn convert(dir: &Path, trees: &Trees, cp: &Checkpoint) -> Result<Mani
         tables.push(TableMeta {
             id: written.id,
             entries: written.entries,
+            removals: written.removals,
             bytes: written.bytes,
         });
     }

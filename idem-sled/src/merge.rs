@@ -40,10 +40,17 @@ fn class(entries: u64) -> u32 {
     class
 }
 
-/// Which tables (of `tables`, oldest first) to merge next, if any: the
-/// newest ones of the newest table's size class or below, once there are
-/// [`FANOUT`] of them.
+/// Which tables (of `tables`, oldest first) to merge next, if any: all of
+/// them once a quarter of their entries are removals (retention removed
+/// that much: a merge of everything drops the removals and what they
+/// hide); else the newest ones of the newest table's size class or below,
+/// once there are [`FANOUT`] of them.
 pub(super) fn pick(tables: &[TableMeta]) -> Option<std::ops::Range<usize>> {
+    let entries: u64 = tables.iter().map(|t| t.entries).sum();
+    let removals: u64 = tables.iter().map(|t| t.removals).sum();
+    if tables.len() >= 2 && removals > 0 && removals * 4 >= entries {
+        return Some(0..tables.len());
+    }
     let newest = class(tables.last()?.entries);
     let run = tables
         .iter()
@@ -97,6 +104,7 @@ pub(super) fn merge(
     Ok(TableMeta {
         id: written.id,
         entries: written.entries,
+        removals: written.removals,
         bytes: written.bytes,
     })
 }
@@ -143,6 +151,7 @@ mod tests {
         TableMeta {
             id: 0,
             entries,
+            removals: 0,
             bytes: 0,
         }
     }
@@ -161,6 +170,18 @@ mod tests {
         assert_eq!(pick(&[big, mid, mid, mid, mid]), Some(1..5));
         assert_eq!(pick(&[mid, mid, mid, small]), None);
         assert_eq!(pick(&[]), None);
+        // Retention removed a quarter of everything: all of it merges.
+        let pruned = TableMeta {
+            removals: 2_500,
+            ..small
+        };
+        assert_eq!(pick(&[big, mid, pruned]), None);
+        let pruned = TableMeta {
+            removals: 1_500_000,
+            entries: 1_500_000,
+            ..small
+        };
+        assert_eq!(pick(&[big, mid, pruned]), Some(0..3));
     }
 
     fn key(n: u8) -> Key {

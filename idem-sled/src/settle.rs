@@ -144,6 +144,7 @@ pub(super) fn write(
         settled.table = Some(TableMeta {
             id: written.id,
             entries: written.entries,
+            removals: written.removals,
             bytes: written.bytes,
         });
     }

@@ -1385,6 +1385,28 @@ impl Store {
         damaged
     }
 
+    /// Waits until no merge runs (tests).
+    #[cfg(test)]
+    pub(super) fn wait_for_merges(&self) {
+        loop {
+            self.merger.join();
+            if !self.lock().merging {
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// The entries of the open tables, and how many are removals (tests).
+    #[cfg(test)]
+    pub(super) fn table_entries(&self) -> (u64, u64) {
+        let st = self.lock();
+        st.manifest
+            .tables
+            .iter()
+            .fold((0, 0), |(e, r), t| (e + t.entries, r + t.removals))
+    }
+
     /// How many tables are open (tests).
     #[cfg(test)]
     pub(super) fn table_count(&self) -> usize {
@@ -1406,16 +1428,13 @@ impl Store {
         if st.broken.is_some() || self.closing.load(Ordering::Relaxed) {
             return None;
         }
-        let metas: Vec<TableMeta> = st
-            .tables
+        // The manifest's list is the open tables', in the same order.
+        let metas = &st.manifest.tables;
+        debug_assert!(metas
             .iter()
-            .map(|t| TableMeta {
-                id: t.id,
-                entries: t.entries,
-                bytes: t.bytes,
-            })
-            .collect();
-        let range = merge::pick(&metas)?;
+            .map(|m| m.id)
+            .eq(st.tables.iter().map(|t| t.id)));
+        let range = merge::pick(metas)?;
         Some((st.tables[range.clone()].to_vec(), range.start == 0))
     }
 

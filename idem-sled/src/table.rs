@@ -204,6 +204,7 @@ impl Bloom {
 pub(super) struct Written {
     pub id: u64,
     pub entries: u64,
+    pub removals: u64,
     pub bytes: u64,
 }
 
@@ -222,6 +223,7 @@ pub(super) struct Writer {
     index: Vec<u8>,
     pages: u32,
     entries: u64,
+    removals: u64,
     bloom: Bloom,
     done: bool,
 }
@@ -248,6 +250,7 @@ impl Writer {
             index: Vec::new(),
             pages: 0,
             entries: 0,
+            removals: 0,
             bloom: Bloom::with_capacity(expected),
             done: false,
         })
@@ -280,7 +283,10 @@ impl Writer {
                     .extend_from_slice(&(v.len() as u32).to_le_bytes());
                 self.plain.extend_from_slice(v);
             }
-            None => self.plain.push(0),
+            None => {
+                self.plain.push(0);
+                self.removals += 1;
+            }
         }
         self.bloom.insert(k);
         self.entries += 1;
@@ -348,6 +354,7 @@ impl Writer {
         Ok(Written {
             id: self.id,
             entries: self.entries,
+            removals: self.removals,
             bytes: self.at,
         })
     }
