@@ -1,7 +1,7 @@
 //! The seed corpus of every fuzz target (`fuzz/seeds/<target>/`), and the
 //! tests that keep it, and the committed findings, in step with the code.
 
-use super::{frames, sled};
+use super::{frames, sled, tables};
 
 /// Valid inputs for each target, made by the real encoders: the seed
 /// corpus (`fuzz/seeds/<target>/`). Returns (target, name, input).
@@ -22,6 +22,9 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, input) in sled::journal_files_seeds() {
         out.push(("journal_files", name, input));
     }
+    for (name, input) in tables::tables_seeds() {
+        out.push(("tables", name, input));
+    }
     out
 }
 
@@ -30,9 +33,17 @@ mod tests {
     use super::*;
     use crate::fuzzing::frames::{key, record, Outcome};
     use crate::fuzzing::sled::{journal_files, sled_value, wal};
+    use crate::fuzzing::tables::tables;
     use std::path::{Path, PathBuf};
 
-    const TARGETS: [&str; 5] = ["record", "wal", "sled_value", "key", "journal_files"];
+    const TARGETS: [&str; 6] = [
+        "record",
+        "wal",
+        "sled_value",
+        "key",
+        "journal_files",
+        "tables",
+    ];
 
     fn fuzz_dir() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
@@ -45,6 +56,7 @@ mod tests {
             "sled_value" => sled_value,
             "key" => key,
             "journal_files" => journal_files,
+            "tables" => tables,
             other => panic!("no fuzz target {other}"),
         }
     }
@@ -72,6 +84,16 @@ mod tests {
         let seeds = seeds();
         for name in TARGETS {
             assert!(seeds.iter().any(|s| s.0 == name), "no seed for {name}");
+        }
+        // Both kinds of file of `tables`, as given and as built.
+        use crate::fuzzing::tables::{AUDIT, BUILD};
+        for mode in [0, AUDIT, BUILD, AUDIT | BUILD] {
+            assert!(
+                seeds
+                    .iter()
+                    .any(|s| s.0 == "tables" && s.2[0] & (AUDIT | BUILD) == mode),
+                "no seed of tables with flags {mode}"
+            );
         }
         for (t, name, input) in seeds {
             assert_eq!(target(t)(&input), Outcome::Decoded, "seed {t}/{name}");

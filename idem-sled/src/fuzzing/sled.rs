@@ -455,7 +455,7 @@ struct Truth {
 }
 
 /// A directory of its own under the system's temporary directory.
-fn scratch_dir(what: &str) -> std::path::PathBuf {
+pub(super) fn scratch_dir(what: &str) -> std::path::PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     std::env::temp_dir().join(format!(
