@@ -293,7 +293,8 @@ impl AuditFile {
             || chunks == 0
             || first > last
             || events == 0
-            || events > last - first + 1
+            // Not `last - first + 1`: it overflows for 0..=u64::MAX.
+            || events - 1 > last - first
         {
             return damaged(foot_at, "the footer's sections do not fit the file");
         }
@@ -477,6 +478,24 @@ mod tests {
         assert!(!path(dir.path(), 1).exists());
         assert!(write(dir.path(), 2, std::iter::empty::<(u64, &[u8])>()).is_err());
         assert!(!path(dir.path(), 2).exists());
+    }
+
+    #[test]
+    fn a_file_of_every_sequence_number_from_zero_to_the_last_opens() {
+        // Found by the `tables` fuzz target
+        // (fuzz/regressions/tables/audit-from-seq-0-to-u64-max): the
+        // footer check counted the sequence numbers a file spans as
+        // `last - first + 1`, which overflows for 0..=u64::MAX (a panic
+        // with overflow checks, else 0, and the valid file refused).
+        let dir = tempfile::tempdir().unwrap();
+        let ev = vec![(0, b"first".to_vec()), (u64::MAX, b"last".to_vec())];
+        let w = write_events(dir.path(), 5, &ev);
+        let f = AuditFile::open(dir.path(), 5, Some(w.bytes)).unwrap();
+        assert_eq!((f.first, f.last, f.events), (0, u64::MAX, 2));
+        f.verify().unwrap();
+        let mut out = Vec::new();
+        f.read(0, usize::MAX, &mut out).unwrap();
+        assert_eq!(out, ev);
     }
 
     #[test]
