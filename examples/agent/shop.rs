@@ -16,7 +16,8 @@
 //! A second workflow, `ship_order`, is a saga of free-function tools:
 //! `book_courier` (journal, undone by `cancel_courier`), `pay` (provider,
 //! undone by `refund`), then `pay_supplier` (at_most_once), which the bank
-//! refuses.
+//! refuses. `book_courier` and `pay` say `commit = "eventual"`: their
+//! COMMITTED records ride the next fsync instead of waiting for their own.
 
 // Shared by several targets (the demo, the torture example, the tests); each
 // uses a different part of it.
@@ -669,6 +670,13 @@ fn configured() -> Result<Clients, ProviderError> {
 
 /// Saga step 1, journal class: books the courier (a ticket with our key as
 /// its reference); undone by [`cancel_courier`].
+///
+/// `commit = "eventual"`: the saga's body gets the ticket after the
+/// INTENT's one fsync; the COMMITTED record rides the next group commit
+/// (at the latest the INTENT of `pay`, the next step). A crash that loses
+/// it finds the INTENT, and `courier_booked` finds the ticket by our key:
+/// the same ticket, committed then, no second booking. (The torture
+/// harness counts these lost commits and checks exactly that.)
 #[tool(
     class = "journal",
     name = "book_courier",
@@ -676,6 +684,7 @@ fn configured() -> Result<Clients, ProviderError> {
     key = "order_id",
     verify = courier_booked,
     compensate = cancel_courier,
+    commit = "eventual",
     retry(max_attempts = 10, initial = "10ms", max_interval = "200ms"),
     timeout = "600ms"
 )]
@@ -745,11 +754,16 @@ async fn courier_cancelled(ctx: &Ctx) -> Result<Verdict<Cancellation>, ProviderE
 
 /// Saga step 2, provider class: charges the card under our key; undone by
 /// [`refund`].
+///
+/// `commit = "eventual"`, as `book_courier`: a COMMITTED record lost to a
+/// crash leaves the INTENT, the charge is sent again under the same key,
+/// and payments answers with the charge it saved, not a second one.
 #[tool(
     class = "provider",
     name = "pay",
     key = "order.id",
     compensate = refund,
+    commit = "eventual",
     retry(max_attempts = 10, initial = "10ms", max_interval = "200ms", max_elapsed = "1m"),
     timeout = "600ms"
 )]
@@ -761,13 +775,18 @@ pub async fn pay(ctx: &Ctx, order: Order, shop: Arc<Shop>) -> Result<Charge, Pro
         customer: order.customer.clone(),
     };
     shop.at(Moment::Sending, "pay", order.id);
-    let charge = shop
+    let mut charge = shop
         .clients
         .payments
         .charge(ctx.idempotency_key().as_str(), &request)
         .await?;
     if charge.replayed {
         ctx.mark_provider_replay();
+        // How this answer came (the `Idempotent-Replayed` header) is not
+        // part of the charge, and the audit stream has it now. Returned,
+        // it would make the result of a call sent again after a lost
+        // eventual COMMIT differ from the one the caller was given.
+        charge.replayed = false;
     }
     shop.at(Moment::Landed, "pay", order.id);
     Ok(charge)
@@ -893,6 +912,34 @@ pub struct Shipped {
     pub supplier: WireReceipt,
 }
 
+/// A call of the saga of [`ship_order_to`] that returned its result to the
+/// saga's body (replayed from the journal or not).
+#[derive(Debug)]
+pub enum ShipStep<'a> {
+    /// `book_courier` returned the courier's ticket.
+    Courier(&'a Ticket),
+    /// `pay` returned the charge.
+    Charge(&'a Charge),
+}
+
+impl ShipStep<'_> {
+    /// The tool that returned.
+    pub fn tool(&self) -> &'static str {
+        match self {
+            ShipStep::Courier(_) => "book_courier",
+            ShipStep::Charge(_) => "pay",
+        }
+    }
+
+    /// What it returned, as JSON (as the journal keeps results).
+    pub fn result(&self) -> serde_json::Result<serde_json::Value> {
+        match self {
+            ShipStep::Courier(t) => serde_json::to_value(t),
+            ShipStep::Charge(c) => serde_json::to_value(c),
+        }
+    }
+}
+
 /// Ships `order_id` as the saga `ship` of `ctx`'s run, paying the supplier
 /// at [`SUPPLIER_IBAN`]. A refusal of a step rolls the completed ones back:
 /// `ToolError::Compensated` once every one is undone. Safe to run again
@@ -902,20 +949,25 @@ pub async fn ship_order(
     ctx: &Ctx,
     order_id: u64,
 ) -> Result<Shipped, ToolError<ProviderError>> {
-    ship_order_to(shop, ctx, order_id, SUPPLIER_IBAN).await
+    ship_order_to(shop, ctx, order_id, SUPPLIER_IBAN, &|_| {}).await
 }
 
-/// [`ship_order`], paying the supplier at `supplier_iban`.
+/// [`ship_order`], paying the supplier at `supplier_iban`. `on_step`
+/// hears of each of the first two steps as soon as its call returned a
+/// result to the saga's body (the torture harness logs what it was given).
 pub async fn ship_order_to(
     shop: &Arc<Shop>,
     ctx: &Ctx,
     order_id: u64,
     supplier_iban: &str,
+    on_step: &(dyn Fn(ShipStep<'_>) + Send + Sync),
 ) -> Result<Shipped, ToolError<ProviderError>> {
     let order = order_book(order_id);
     ctx.saga("ship", |s| async move {
         let courier = book_courier(s.ctx(), order.id, shop.clone()).await?;
+        on_step(ShipStep::Courier(&courier));
         let charge = pay(s.ctx(), order.clone(), shop.clone()).await?;
+        on_step(ShipStep::Charge(&charge));
         let supplier = pay_supplier(
             s.ctx(),
             order.id,

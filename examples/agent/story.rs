@@ -541,6 +541,9 @@ async fn story(
         journal.display()
     ));
     out.line("  every journaled call: INTENT fsynced before the provider is called, COMMIT after");
+    out.line(
+        "    (the saga's book_courier and pay: commit = \"eventual\", COMMIT on the next fsync)",
+    );
     out.line("  the agent runs in worker processes (this binary, re-executed); faults scripted:");
     providers
         .payments()

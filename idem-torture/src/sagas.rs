@@ -118,7 +118,7 @@ pub(crate) async fn process(shop: &Arc<Shop>, ctx: &idem::Ctx, order: u64) -> Or
     let (mut tries, mut waits) = (0, 0u32);
     let mut last = String::new();
     while tries < 5 {
-        match shop::ship_order_to(shop, ctx, saga_order(order), &iban).await {
+        match shop::ship_order_to(shop, ctx, saga_order(order), &iban, &|_| {}).await {
             Ok(_) if expect.completes() => return OrderEnd::Done,
             Err(ToolError::Compensated { .. }) if !expect.completes() => return OrderEnd::Done,
             Ok(_) => {
@@ -433,8 +433,14 @@ pub(crate) async fn replay(
     for &order in orders {
         let ctx = rt.run(&crate::root_run(prefix, order));
         let expect = Expect::of(order);
-        let ended =
-            shop::ship_order_to(replay, &ctx, saga_order(order), &supplier_iban(order)).await;
+        let ended = shop::ship_order_to(
+            replay,
+            &ctx,
+            saga_order(order),
+            &supplier_iban(order),
+            &|_| {},
+        )
+        .await;
         match ended {
             Ok(_) if expect.completes() => {}
             Err(ToolError::Compensated { .. }) if !expect.completes() => {}
