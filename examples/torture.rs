@@ -22,7 +22,14 @@
 //! that loses whatever was not fsynced, and the last worker of each round
 //! is followed by one more cut before the checks. The summary line then
 //! reads `power-cut summary: ... power_cuts=N duplicates=D lost=L
-//! reopen_failures=R refused_opens=F ...`.
+//! lost_commits=C (...) recovered=C (...) ... reopen_failures=R
+//! refused_opens=F ...`.
+//!
+//! In both single-worker modes, `lost_commits` counts results of the
+//! saga's eventual-commit tools (`commit = "eventual"`) that a worker had
+//! been given and whose COMMITTED record the kill or cut then lost, and
+//! `recovered` those found unfinished later and committed with the same
+//! result and one effect at the provider (anything less is a violation).
 //!
 //! Options: `--power-cuts N` (power-cut mode, N cuts), `--sync-new-journal`
 //! (power-cut mode, diagnostic: the harness makes each new journal durable

@@ -17,8 +17,11 @@
 //!   `[0, span]`, `span` being how long a clean first incarnation took, so
 //!   kills fall anywhere, including before the journal is open;
 //! - killed by itself at an instrumented point: right after the n-th effect
-//!   of a tool landed (COMMIT not written: the worst moment), or right before
-//!   the n-th request went out (INTENT durable, nothing sent);
+//!   of a tool landed (COMMIT not written: the worst moment), right before
+//!   the n-th request went out (INTENT durable, nothing sent), or, for a
+//!   tool with `commit = "eventual"`, right after the n-th call whose effect
+//!   landed in this process returned its result (COMMIT written, not yet
+//!   durable; see "Eventual commits" below);
 //! - left alone, so rounds end.
 //!
 //! In the single-worker modes every order is first shipped as the shop's
@@ -29,10 +32,11 @@
 //! roll back (refund, cancellation).
 //!
 //! Coverage is planned, not left to chance: the first fault-free round
-//! after the span is measured starts with a chain of eighteen incarnations,
+//! after the span is measured starts with a chain of twenty incarnations,
 //! each running one order at a time and dying at the first occurrence of
 //! the next instrumented point in workflow order (`book_courier:sending`,
-//! ..., `cancel_courier:landed`, `charge:sending`, `charge:landed`, ...,
+//! `book_courier:returned`, `book_courier:landed`, `pay:sending`, ...,
+//! `cancel_courier:landed`, `charge:sending`, `charge:landed`, ...,
 //! `refund_wire:landed`; the multi-worker mode has no chain and no saga). Each is certain to be
 //! reached, since the incarnation before died at the previous point,
 //! before any order got past this one; a point not reached all the same (a violation stopped
@@ -77,6 +81,47 @@
 //! each acknowledged INTENT to their status files, outside the cut disk);
 //! one that opens empty after acknowledging something is `forgotten`; both
 //! otherwise count as lost.
+//!
+//! **Eventual commits.** The saga's `book_courier` (journal class) and
+//! `pay` (provider class) say `commit = "eventual"`: their COMMITTED record
+//! is written at `Durability::Eventual` and becomes durable with the next
+//! barrier (the next step's INTENT, another order's, or the journal's
+//! timer), so a kill or a cut right after such a call returned may lose it.
+//! Both run for every order of every single-worker round. Besides
+//! `sending` and `landed`, each has a third point, `returned`: right after
+//! a call whose effect landed in this process (so this process wrote its
+//! COMMITTED record) returned its result to the saga's body. It is in the
+//! coverage chain, where a death there loses the COMMIT for certain (one
+//! order at a time, and the worker's journal told to leave eventual writes
+//! to the next barrier rather than a timer, so nothing makes the record
+//! durable before the kill), and in the random plans.
+//!
+//! A lost COMMIT is told from evidence, not from timing:
+//! - every worker logs, unbuffered and outside the killed or cut disk, who
+//!   it is in the audit stream (`OPENED ... owner=worker#incarnation`) and
+//!   each result a step of the saga returned to the saga's body, before
+//!   the body goes on (`RETURNED tool order fresh json`, `fresh` when the
+//!   effect landed in this process);
+//! - a COMMITTED record and its `Committed` audit event are one log unit of
+//!   the journal, durable together or not at all; a round's audit stream
+//!   must end with exactly one commit per operation (checked above), and
+//!   the event's `worker` names the process that wrote it;
+//! - the harness knows in which order processes opened the round's
+//!   journal (its workers, and itself as the operator).
+//!
+//! So a process that was given a result lost that result's commit exactly
+//! when the surviving commit was written by a process after it. If the
+//! process was `fresh` (it wrote the record, at Eventual), that is a lost
+//! COMMIT (`lost_commits`); if the result was replayed from the journal or
+//! committed from verify's answer (at Immediate), it is a violation: a
+//! durable commit was lost. A lost COMMIT is `recovered` when a `Recovered`
+//! event of a later process shows that it found the operation unfinished
+//! (the INTENT), the journal holds the result the caller had been given
+//! (`Runtime::operation`), and the provider's ledger one effect (by
+//! business identity); anything else is a violation, and [`Summary::ok`]
+//! needs `recovered == lost_commits`. Every other result a saga's body was
+//! given must also be the one the journal holds after the round
+//! (`results_changed`).
 //!
 //! The seed fixes every plan: which incarnation of which round is killed
 //! how (the random kill instants as fractions of the measured span), the
@@ -141,6 +186,19 @@ pub const KEEP_DAMAGED_ENV: &str = "IDEM_TORTURE_KEEP_DAMAGED";
 /// How far (ms) the worker's clock runs ahead of the system clock: the
 /// dedupe-window round's jump (see [`ShiftedClock`]).
 const CLOCK_SHIFT_ENV: &str = "IDEM_TORTURE_CLOCK_SHIFT_MS";
+
+/// Set (to anything) in a worker planned to die at an [`At::Returned`]
+/// point of the coverage chain: its journal makes eventual writes durable
+/// only at the next barrier of an immediate write, never on the timer
+/// ([`LATE_EVENTUAL_DELAY`]), so that the COMMITTED record written just
+/// before the planned death is certainly lost. (Otherwise a timer that
+/// fired a few microseconds earlier could still flush it, once in
+/// thousands of runs.) The random plans keep the journal's default.
+const LATE_EVENTUAL_ENV: &str = "IDEM_TORTURE_LATE_EVENTUAL";
+
+/// The eventual delay under [`LATE_EVENTUAL_ENV`]: longer than a worker
+/// may live.
+const LATE_EVENTUAL_DELAY: Duration = Duration::from_secs(600);
 
 /// Power-cut mode: the workers' checkpoint interval (see
 /// [`open_worker_journal`]).
@@ -417,7 +475,8 @@ pub struct Summary {
     /// Workers that killed themselves at an instrumented point.
     pub crashpoint_kills: u64,
     /// Workers that died at each instrumented point, `tool:moment`
-    /// (`sending` or `landed`); every one of the eighteen is planned.
+    /// (`sending`, `landed`, or `returned` for the eventual-commit tools);
+    /// every one of the twenty is planned.
     pub crashpoint_hits: BTreeMap<String, u64>,
     /// Rounds whose clock jumped past the charge's dedupe window after a
     /// charge landed unacknowledged.
@@ -543,6 +602,28 @@ pub struct Summary {
     /// Decisions the API answered "not awaiting approval": an earlier
     /// request of the operator had decided it, its answer cut off by a kill.
     pub approvals_unanswered: u64,
+    /// Single-worker modes: results of calls of a tool with `commit =
+    /// "eventual"` (the saga's `book_courier` and `pay`) given to the
+    /// saga's body by the process whose COMMITTED record it was (the effect
+    /// landed there), counted once per process and operation.
+    pub eventual_returns: u64,
+    /// Of those, the ones whose COMMITTED record did not survive the kill
+    /// or power cut: a later process wrote the operation's commit (see the
+    /// module's documentation for how this is told).
+    pub lost_commits: u64,
+    /// `lost_commits` per tool.
+    pub lost_commits_by_tool: BTreeMap<String, u64>,
+    /// Lost commits that were recovered: a later process found the
+    /// operation unfinished, the journal holds the result the caller had
+    /// been given, and the provider's ledger one effect. Anything else is a
+    /// violation, and `ok()` needs `recovered_commits == lost_commits`.
+    pub recovered_commits: u64,
+    /// `recovered_commits` per `tool:via` (how the commit was recovered:
+    /// `call` when re-sent, `verify`, or `operator`).
+    pub recovered_via: BTreeMap<String, u64>,
+    /// Results given to a saga's body that differ from what the journal
+    /// holds after the round (each also a violation).
+    pub changed_results: u64,
     /// Approvals asked again under a new generation of the key: an approved
     /// supplier payment the bank refused, paid again by a saga body run
     /// again before the saga had stored its rollback (a refusal ends a
@@ -564,6 +645,8 @@ impl Summary {
             && self.audit_gaps == 0
             && self.reopen_failures == 0
             && self.missed_compensations == 0
+            && self.lost_commits == self.recovered_commits
+            && self.changed_results == 0
     }
 
     /// The progress the run is measured by: cuts or kills.
@@ -589,8 +672,8 @@ impl fmt::Display for Summary {
         write!(
             f,
             "torture summary: seed={:#x} kills={} (random={} crashpoint={}) operations={} \
-             audited_commits={} duplicates={} lost={} escalations={} ({}; landed={} reissued={}; \
-             justified: {}) crashpoints hit: {} window_jumps={} \
+             audited_commits={} duplicates={} lost={}{} escalations={} ({}; landed={} \
+             reissued={}; justified: {}) crashpoints hit: {} window_jumps={} \
              audit_gaps={} violations={} workflows={} rounds={} (chaos={}) incarnations={} \
              journal_reopens={} faults={} recoveries={} verifications={} provider_replays={} \
              elapsed={:.1}s",
@@ -602,6 +685,7 @@ impl fmt::Display for Summary {
             self.audited_commits,
             self.duplicates,
             self.lost,
+            self.eventual_text(),
             self.escalation_total(),
             if per_tool.is_empty() {
                 "none".to_string()
@@ -649,6 +733,24 @@ fn counts_text(counts: &BTreeMap<String, u64>) -> String {
 }
 
 impl Summary {
+    /// ` lost_commits=N (per tool) recovered=M (per tool:via)
+    /// eventual_returns=R results_changed=C`, in the single-worker modes
+    /// (whose sagas call the eventual-commit tools); empty otherwise.
+    fn eventual_text(&self) -> String {
+        if self.workers > 0 {
+            return String::new();
+        }
+        format!(
+            " lost_commits={} ({}) recovered={} ({}) eventual_returns={} results_changed={}",
+            self.lost_commits,
+            counts_text(&self.lost_commits_by_tool),
+            self.recovered_commits,
+            counts_text(&self.recovered_via),
+            self.eventual_returns,
+            self.changed_results
+        )
+    }
+
     /// Instrumented points (`tool:moment`) no worker has died at yet.
     pub fn crashpoints_missed(&self) -> Vec<String> {
         all_crash_points()
@@ -674,7 +776,7 @@ impl Summary {
     fn fmt_power_cuts(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "power-cut summary: seed={:#x} power_cuts={} duplicates={} lost={} \
+            "power-cut summary: seed={:#x} power_cuts={} duplicates={} lost={}{} \
              reopen_failures={} refused_opens={} repairs={} forgotten={} audit_gaps={} \
              large_results={} violations={} \
              (cuts: random={} crashpoint={} after_exit={} prefix_kept={}; \
@@ -687,6 +789,7 @@ impl Summary {
             self.power_cuts,
             self.duplicates,
             self.lost,
+            self.eventual_text(),
             self.reopen_failures,
             self.refused_opens,
             self.repairs,
@@ -757,16 +860,44 @@ impl Summary {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct CrashPoint {
     tool: String,
-    moment: Moment,
+    moment: At,
     /// Die at the n-th time this process reaches the point (1-based).
     nth: u64,
 }
 
-fn moment_name(moment: Moment) -> &'static str {
-    match moment {
-        Moment::Sending => "sending",
-        Moment::Landed => "landed",
+/// Where in a call a worker can die: at the shop's [`Moment`]s, or, for a
+/// tool with `commit = "eventual"`, right after a call whose effect landed
+/// in this process returned its result to the saga's body (its COMMITTED
+/// record written at `Eventual`, not yet made durable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    Sending,
+    Landed,
+    Returned,
+}
+
+impl From<Moment> for At {
+    fn from(moment: Moment) -> At {
+        match moment {
+            Moment::Sending => At::Sending,
+            Moment::Landed => At::Landed,
+        }
     }
+}
+
+fn moment_name(moment: At) -> &'static str {
+    match moment {
+        At::Sending => "sending",
+        At::Landed => "landed",
+        At::Returned => "returned",
+    }
+}
+
+/// Whether `tool`'s COMMITTED record is written at `Durability::Eventual`
+/// (`commit = "eventual"`): then a worker's death right after the call
+/// returned can lose it, and [`At::Returned`] is one of its points.
+fn eventual_commit(tool: &str) -> bool {
+    descriptor(tool).is_some_and(|t| t.commit == idem::journal::Durability::Eventual)
 }
 
 /// Every instrumented point, each at its first occurrence, in the order a
@@ -783,12 +914,24 @@ fn moment_name(moment: Moment) -> &'static str {
 /// wire) at most one is rejected by the operator (orders divisible by
 /// three), so one of the others lands it; the order workflow's points
 /// then need three of the five orders not parked.
+///
+/// A tool with `commit = "eventual"` has `returned` between `sending` and
+/// `landed`: after a death at `sending` nothing was sent, so in the chain
+/// the call that returns next is the one whose request reaches the
+/// provider first, and the result lost with its COMMIT is the provider's
+/// first answer (at `landed` first, it would be the answer the provider
+/// replays to the call sent again). Both are reachable either way: no
+/// death at these points parks an order.
 fn all_crash_points() -> Vec<CrashPoint> {
     SAGA_TOOLS
         .iter()
         .chain(EFFECT_TOOLS.iter())
         .flat_map(|tool| {
-            [Moment::Sending, Moment::Landed].map(|moment| CrashPoint {
+            let points: &[At] = match eventual_commit(tool) {
+                true => &[At::Sending, At::Returned, At::Landed],
+                false => &[At::Sending, At::Landed],
+            };
+            points.iter().map(|&moment| CrashPoint {
                 tool: tool.to_string(),
                 moment,
                 nth: 1,
@@ -811,8 +954,9 @@ impl CrashPoint {
         let mut parts = text.split(':');
         let tool = parts.next()?.to_string();
         let moment = match parts.next()? {
-            "sending" => Moment::Sending,
-            "landed" => Moment::Landed,
+            "sending" => At::Sending,
+            "landed" => At::Landed,
+            "returned" => At::Returned,
             _ => return None,
         };
         let nth = parts.next()?.parse().ok()?;
@@ -841,6 +985,76 @@ fn status_line(path: &Path, line: &str) {
         .open(path)
     {
         let _ = writeln!(f, "{line}");
+    }
+}
+
+/// A worker's instruments: the lines of its status file (outside the
+/// journal's disk) that the parent judges it by, and the point it dies at.
+struct Witness {
+    status: PathBuf,
+    crash: Option<CrashPoint>,
+    /// Times this process reached its crash point.
+    seen: AtomicU64,
+    /// Calls of an eventual-commit tool, `(tool, order)`, whose effect
+    /// landed in this process and whose result has not returned yet.
+    landed: std::sync::Mutex<std::collections::BTreeSet<(&'static str, u64)>>,
+}
+
+impl Witness {
+    /// The shop's hook: a request is about to go out, or its effect landed.
+    fn at(&self, moment: Moment, tool: &'static str, order: u64) {
+        match moment {
+            // The INTENT of this operation is durable (acknowledged):
+            // evidence, outside the journal, for judging an open that
+            // fails after a power cut.
+            Moment::Sending => status_line(&self.status, &format!("SENDING {tool} {order}")),
+            Moment::Landed if eventual_commit(tool) => {
+                self.landed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert((tool, order));
+            }
+            Moment::Landed => {}
+        }
+        self.reached(moment.into(), tool);
+    }
+
+    /// A saga step's call returned its result to the saga's body (`order`:
+    /// the shipped order's number, as the tools and [`Witness::at`] see
+    /// it). Logged as `RETURNED <tool> <order> <fresh> <result as JSON>`
+    /// before anything else: what the caller was given. `fresh` (1) when
+    /// the effect landed in this process, so that this process wrote the
+    /// COMMITTED record, at `Eventual` for an eventual-commit tool: only
+    /// then is this [`At::Returned`], the moment its loss is certain.
+    fn returned(&self, step: &shop::ShipStep<'_>, order: u64) {
+        let tool = step.tool();
+        let fresh = self
+            .landed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&(tool, order));
+        let result = step
+            .result()
+            .map_or_else(|e| format!("\"unencodable: {e}\""), |v| v.to_string());
+        status_line(
+            &self.status,
+            &format!("RETURNED {tool} {order} {} {result}", u8::from(fresh)),
+        );
+        if fresh {
+            self.reached(At::Returned, tool);
+        }
+    }
+
+    /// Dies here if this is the planned point's n-th occurrence.
+    fn reached(&self, at: At, tool: &str) {
+        if let Some(point) = &self.crash {
+            if point.moment == at
+                && point.tool == tool
+                && self.seen.fetch_add(1, Ordering::SeqCst) + 1 == point.nth
+            {
+                shop::sigkill_self();
+            }
+        }
     }
 }
 
@@ -927,13 +1141,16 @@ async fn worker() -> i32 {
         .await
         .map(|events| events.iter().map(|e| e.seq).collect())
         .unwrap_or_default();
+    // Also who this process is in the audit stream (`worker#incarnation`):
+    // the parent tells by it which process wrote a surviving commit.
     status_line(
         &status,
         &format!(
-            "OPENED audit events={} first={:?} last={:?}",
+            "OPENED audit events={} first={:?} last={:?} owner={}",
             seqs.len(),
             seqs.first(),
-            seqs.last()
+            seqs.last(),
+            rt.owner()
         ),
     );
     let ship = std::env::var_os(sagas::SAGA_ENV).is_some();
@@ -941,25 +1158,15 @@ async fn worker() -> i32 {
         sagas::say_admin(&status, &rt);
     }
 
+    let witness = Arc::new(Witness {
+        status: status.clone(),
+        crash,
+        seen: AtomicU64::new(0),
+        landed: std::sync::Mutex::new(std::collections::BTreeSet::new()),
+    });
     let hook: shop::Hook = {
-        let seen = Arc::new(AtomicU64::new(0));
-        let status = status.clone();
-        Arc::new(move |moment, tool, order| {
-            if moment == Moment::Sending {
-                // The INTENT of this operation is durable (acknowledged):
-                // evidence, outside the journal, for judging an open that
-                // fails after a power cut.
-                status_line(&status, &format!("SENDING {tool} {order}"));
-            }
-            if let Some(point) = &crash {
-                if point.moment == moment
-                    && point.tool == tool
-                    && seen.fetch_add(1, Ordering::SeqCst) + 1 == point.nth
-                {
-                    shop::sigkill_self();
-                }
-            }
-        })
+        let witness = witness.clone();
+        Arc::new(move |moment, tool, order| witness.at(moment, tool, order))
     };
     let shop = Arc::new(Shop::with_hook(addrs, hook));
     let archive = std::env::var_os(ARCHIVE_ENV).is_some();
@@ -970,6 +1177,7 @@ async fn worker() -> i32 {
         let shop = shop.clone();
         let rt = rt.clone();
         let prefix = prefix.clone();
+        let witness = witness.clone();
         tasks.spawn(async move {
             let mut ends = Vec::new();
             let mut order = first + lane;
@@ -978,7 +1186,7 @@ async fn worker() -> i32 {
                 // The order is shipped (the saga) before it is processed:
                 // see `all_crash_points` for why in this order.
                 let mut end = match ship {
-                    true => sagas::process(&shop, &ctx, order).await,
+                    true => sagas::process(&shop, &ctx, order, &witness).await,
                     false => OrderEnd::Done,
                 };
                 if matches!(end, OrderEnd::Done) {
@@ -1050,11 +1258,15 @@ fn open_worker_journal(journal: &Path) -> Result<Runtime, Error> {
         builder =
             builder.admin_with(idem::admin::AdminOptions::new("127.0.0.1:0").token(sagas::TOKEN));
     }
+    let mut sled = idem::SledOptions::default();
     if std::env::var_os(ARCHIVE_ENV).is_some() {
-        builder = builder.sled_options(idem::SledOptions {
-            checkpoint_bytes: POWER_CUT_CHECKPOINT_BYTES,
-            ..idem::SledOptions::default()
-        });
+        sled.checkpoint_bytes = POWER_CUT_CHECKPOINT_BYTES;
+    }
+    if std::env::var_os(LATE_EVENTUAL_ENV).is_some() {
+        sled.eventual_delay = LATE_EVENTUAL_DELAY;
+    }
+    if std::env::var_os(ARCHIVE_ENV).is_some() || std::env::var_os(LATE_EVENTUAL_ENV).is_some() {
+        builder = builder.sled_options(sled);
     }
     if shift_ms > 0 {
         builder = builder.clock(Arc::new(ShiftedClock {
@@ -1158,7 +1370,7 @@ impl Planned {
             Planned::Point(p) => p.clone(),
             Planned::WindowExpiry => CrashPoint {
                 tool: "charge".into(),
-                moment: Moment::Landed,
+                moment: At::Landed,
                 nth: 1,
             },
         }
@@ -1175,7 +1387,7 @@ fn coverage_plan() -> Vec<Planned> {
     all_crash_points()
         .into_iter()
         .map(|p| {
-            if p.tool == "charge" && p.moment == Moment::Landed {
+            if p.tool == "charge" && p.moment == At::Landed {
                 Planned::WindowExpiry
             } else {
                 Planned::Point(p)
@@ -1505,6 +1717,57 @@ struct Round<'c> {
     /// the harness decides its approvals through the admin API.
     sagas: bool,
     approver: std::sync::Mutex<sagas::Approver>,
+    /// The processes that opened the round's journal, in order
+    /// (`worker#incarnation`, as audit events name who wrote them): the
+    /// workers and the harness's operator.
+    writers: Vec<String>,
+    /// What the workers' saga bodies were given (`RETURNED` lines).
+    returns: Vec<Returned>,
+}
+
+/// A result a worker's saga body was given by a saga step's call (a
+/// `RETURNED` line of its status file, see [`Witness::returned`]).
+#[derive(Debug, Clone)]
+struct Returned {
+    /// The process (`worker#incarnation`).
+    owner: String,
+    /// Its incarnation in the round, for the evidence.
+    incarnation: u32,
+    tool: String,
+    /// The order the tool was called for (the shipped order's number).
+    order: u64,
+    /// The effect landed in that process: it wrote the COMMITTED record.
+    fresh: bool,
+    result: serde_json::Value,
+}
+
+/// `RETURNED <tool> <order> <fresh> <json>` of a process `owner`.
+fn parse_returned(line: &str, owner: &str, incarnation: u32) -> Option<Returned> {
+    let rest = line.strip_prefix("RETURNED ")?;
+    let mut parts = rest.splitn(4, ' ');
+    let tool = parts.next()?.to_string();
+    let order = parts.next()?.parse().ok()?;
+    let fresh = match parts.next()? {
+        "1" => true,
+        "0" => false,
+        _ => return None,
+    };
+    let result = serde_json::from_str(parts.next()?).ok()?;
+    Some(Returned {
+        owner: owner.to_string(),
+        incarnation,
+        tool,
+        order,
+        fresh,
+        result,
+    })
+}
+
+/// `OPENED ... owner=W` → W.
+fn owner_of(opened: &str) -> Option<&str> {
+    opened
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("owner="))
 }
 
 impl<'c> Round<'c> {
@@ -1539,6 +1802,8 @@ impl<'c> Round<'c> {
             charged_to_faults: BTreeMap::new(),
             sagas: !config.multi_worker_mode(),
             approver: std::sync::Mutex::new(sagas::Approver::default()),
+            writers: Vec::new(),
+            returns: Vec::new(),
         }
     }
 
@@ -1654,10 +1919,12 @@ impl<'c> Round<'c> {
                 false => EFFECT_TOOLS.to_vec(),
             };
             let tool = tools[self.rng.below(tools.len() as u64) as usize];
-            let moment = if self.rng.below(4) == 0 {
-                Moment::Sending
-            } else {
-                Moment::Landed
+            // One draw, as before there were eventual commits: the plans
+            // of the other tools stay what a seed made them.
+            let moment = match self.rng.below(4) {
+                0 => At::Sending,
+                1 if eventual_commit(tool) => At::Returned,
+                _ => At::Landed,
             };
             let most = (self.config.workflows / 2).max(1);
             Plan::Crash(CrashPoint {
@@ -1772,6 +2039,16 @@ impl<'c> Round<'c> {
             let opened = text.lines().find(|l| l.starts_with("OPENED"));
             if opened.is_some() {
                 summary.journal_opens += 1;
+            }
+            // Who this worker was, and what its saga bodies were given
+            // (judged against the journal after the round).
+            if let Some(owner) = opened.and_then(owner_of) {
+                self.writers.push(owner.to_string());
+                for line in text.lines().filter(|l| l.starts_with("RETURNED ")) {
+                    let returned = parse_returned(line, owner, incarnation)
+                        .ok_or_else(|| format!("unreadable status line: {line}"))?;
+                    self.returns.push(returned);
+                }
             }
             if let Some(disk) = disk.as_mut() {
                 // A journal that opens empty although it acknowledged
@@ -2015,6 +2292,14 @@ impl<'c> Round<'c> {
         if disk.is_some() {
             command.env(ARCHIVE_ENV, "1");
         }
+        match &self.carrying {
+            Some(Planned::Point(p)) if p.moment == At::Returned => {
+                command.env(LATE_EVENTUAL_ENV, "1");
+            }
+            _ => {
+                command.env_remove(LATE_EVENTUAL_ENV);
+            }
+        }
         if self.sagas {
             command.env(sagas::SAGA_ENV, "1");
         } else {
@@ -2101,6 +2386,8 @@ impl<'c> Round<'c> {
                 return Err(what);
             }
         };
+        // What it writes (resolutions) is written after every worker so far.
+        self.writers.push(rt.owner().to_string());
         let mut resolved = 0;
         let open = rt
             .escalations()
@@ -2294,6 +2581,189 @@ impl<'c> Round<'c> {
         }
     }
 
+    /// The results the workers' saga bodies were given by the tools with
+    /// `commit = "eventual"`, against the journal after the round: counts
+    /// the lost COMMITs (see the module's documentation) and checks that
+    /// each was recovered. `writers`: who opened the journal, in order.
+    async fn check_returns(
+        &self,
+        rt: &Runtime,
+        events: &[idem::AuditEvent],
+        writers: &[String],
+        providers: &Providers,
+        summary: &mut Summary,
+        problems: &mut Vec<String>,
+    ) {
+        let position =
+            |owner: Option<&str>| owner.and_then(|o| writers.iter().position(|w| w == o));
+        for &order in &self.orders {
+            let run = root_run(&self.prefix, order);
+            let shipped = sagas::saga_order(order);
+            for tool in SAGA_TOOLS.iter().filter(|t| eventual_commit(t)) {
+                let returns: Vec<&Returned> = self
+                    .returns
+                    .iter()
+                    .filter(|r| r.tool == *tool && r.order == shipped)
+                    .collect();
+                if returns.is_empty() {
+                    continue;
+                }
+                let history: Vec<&idem::AuditEvent> = events
+                    .iter()
+                    .filter(|e| e.root_run == run && e.tool == *tool)
+                    .collect();
+                let commits: Vec<&&idem::AuditEvent> = history
+                    .iter()
+                    .filter(|e| matches!(e.kind, EventKind::Committed { .. }))
+                    .collect();
+                // Per process that was given a result: whether the effect
+                // landed there (it wrote the COMMITTED record).
+                let mut given: Vec<(&str, u32, bool)> = Vec::new();
+                for r in &returns {
+                    match given.iter_mut().find(|(o, ..)| *o == r.owner) {
+                        Some(g) => g.2 |= r.fresh,
+                        None => given.push((&r.owner, r.incarnation, r.fresh)),
+                    }
+                }
+                summary.eventual_returns += given.iter().filter(|g| g.2).count() as u64;
+                let evidence = || {
+                    format!(
+                        "given {:?}; writers {writers:?}; history {:?}",
+                        returns
+                            .iter()
+                            .map(|r| (r.incarnation, r.fresh, r.result.to_string()))
+                            .collect::<Vec<_>>(),
+                        history
+                            .iter()
+                            .map(|e| (e.seq, e.worker.clone(), &e.kind))
+                            .collect::<Vec<_>>()
+                    )
+                };
+                let [commit] = commits[..] else {
+                    // Counted by the audit check; whoever was given a
+                    // result was given one the journal does not keep.
+                    for (_, incarnation, fresh) in &given {
+                        if *fresh {
+                            summary.lost_commits += 1;
+                            *summary
+                                .lost_commits_by_tool
+                                .entry(tool.to_string())
+                                .or_default() += 1;
+                        }
+                        problems.push(format!(
+                            "LOST COMMIT NOT RECOVERED: {tool} of order {order} returned a result \
+                             to incarnation {incarnation}, and the audit stream holds {} commits \
+                             of it; {}",
+                            commits.len(),
+                            evidence()
+                        ));
+                    }
+                    continue;
+                };
+                let via = match &commit.kind {
+                    EventKind::Committed { via, .. } => via.clone(),
+                    _ => String::new(),
+                };
+                let journaled = match commit.key.as_deref().map(str::parse::<idem::IdemKey>) {
+                    Some(Ok(key)) => match rt.operation(&key).await {
+                        Ok(op) => op.and_then(|op| op.result),
+                        Err(e) => {
+                            problems.push(format!("operation({key}): {e}"));
+                            continue;
+                        }
+                    },
+                    _ => {
+                        problems.push(format!(
+                            "the commit of {tool} of order {order} names no key: {commit:?}"
+                        ));
+                        continue;
+                    }
+                };
+                // Every result a caller was given is the one the journal
+                // keeps (and replays).
+                for r in &returns {
+                    if journaled.as_ref() != Some(&r.result) {
+                        summary.changed_results += 1;
+                        problems.push(format!(
+                            "RESULT CHANGED: {tool} of order {order} returned {} to incarnation \
+                             {}; the journal holds {}",
+                            r.result,
+                            r.incarnation,
+                            journaled
+                                .as_ref()
+                                .map_or("nothing".into(), |v| v.to_string())
+                        ));
+                    }
+                }
+                let written_at = position(commit.worker.as_deref());
+                for (owner, incarnation, fresh) in &given {
+                    let (Some(written_at), Some(given_at)) = (written_at, position(Some(owner)))
+                    else {
+                        problems.push(format!(
+                            "the commit of {tool} of order {order} was written by {:?}, which \
+                             did not open the journal in this round as far as the workers \
+                             said; {}",
+                            commit.worker,
+                            evidence()
+                        ));
+                        continue;
+                    };
+                    // Written by this process or one before it: the
+                    // commit the result came from survived.
+                    if written_at <= given_at {
+                        continue;
+                    }
+                    if !fresh {
+                        // Replayed from the journal, or committed from
+                        // verify's answer (at Immediate): durable before
+                        // the caller saw it, so never lost.
+                        problems.push(format!(
+                            "LOST DURABLE COMMIT: {tool} of order {order} returned a result to \
+                             incarnation {incarnation} that it did not commit itself at \
+                             Eventual, and a later process committed it again; {}",
+                            evidence()
+                        ));
+                        continue;
+                    }
+                    summary.lost_commits += 1;
+                    *summary
+                        .lost_commits_by_tool
+                        .entry(tool.to_string())
+                        .or_default() += 1;
+                    // Recovered: a later process found the operation
+                    // unfinished (INTENT), and committed it with the
+                    // result the caller had, one effect in the ledger.
+                    let found = history.iter().any(|e| {
+                        matches!(e.kind, EventKind::Recovered { .. })
+                            && e.seq < commit.seq
+                            && position(e.worker.as_deref()).is_some_and(|p| p > given_at)
+                    });
+                    let same = returns
+                        .iter()
+                        .filter(|r| r.owner == *owner)
+                        .all(|r| journaled.as_ref() == Some(&r.result));
+                    let effects = shop::saga_effects(providers, tool, shipped);
+                    if found && same && effects == 1 {
+                        summary.recovered_commits += 1;
+                        *summary
+                            .recovered_via
+                            .entry(format!("{tool}:{via}"))
+                            .or_default() += 1;
+                    } else {
+                        problems.push(format!(
+                            "LOST COMMIT NOT RECOVERED: {tool} of order {order} returned a \
+                             result to incarnation {incarnation}, whose COMMITTED record did not \
+                             survive; found unfinished later: {found}, the same result \
+                             journaled: {same}, effects in the provider's ledger: {effects} \
+                             (committed via {via}); {}",
+                            evidence()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
     /// Every check of a finished round. Counts duplicates and lost
     /// operations into the summary; `Err` describes every violation.
     async fn check(
@@ -2427,19 +2897,22 @@ impl<'c> Round<'c> {
             ));
         }
         if self.sagas {
-            let approver = self
-                .approver
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
             sagas::check(
                 &self.orders,
                 &self.prefix,
                 providers,
                 &events,
-                &approver,
+                &self
+                    .approver
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
                 summary,
                 &mut problems,
             );
+            let mut writers = self.writers.clone();
+            writers.push(rt.owner().to_string());
+            self.check_returns(&rt, &events, &writers, providers, summary, &mut problems)
+                .await;
         }
         match rt.stats().await {
             Ok(stats) => {

@@ -45,10 +45,8 @@ use idem::Runtime;
 use idem_testkit::pg::PgServer;
 use idem_testkit::pg_replica::PgPair;
 
-use crate::shop::Moment;
-
 use super::{
-    parse_done, status_line, CrashPoint, End, JournalAt, Plan, Round, Summary, CONCURRENCY_ENV,
+    parse_done, status_line, At, CrashPoint, End, JournalAt, Plan, Round, Summary, CONCURRENCY_ENV,
     CRASH_ENV, EFFECT_TOOLS, EXIT_DONE, JOURNAL_ENV, LEASE_ENV, ORDERS_ENV, POOLER_ENV,
     POSTGRES_ENV, PREFIX_ENV, STATUS_ENV, SYNC_STANDBY_ENV, WORKER_DEADLINE, WORKER_ENV,
     WORKER_ID_ENV,
@@ -199,9 +197,9 @@ impl Round<'_> {
         } else if u < 0.35 {
             let tool = EFFECT_TOOLS[self.rng.below(EFFECT_TOOLS.len() as u64) as usize];
             let moment = if self.rng.below(4) == 0 {
-                Moment::Sending
+                At::Sending
             } else {
-                Moment::Landed
+                At::Landed
             };
             let most = (self.config.workflows / 2).max(1);
             Plan::Crash(CrashPoint {

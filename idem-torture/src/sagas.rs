@@ -32,7 +32,7 @@ use idem::{Error, EventKind, ToolError};
 use idem_testkit::Providers;
 
 use crate::shop::{self, Shop, SAGA_TOOLS};
-use crate::{status_line, OrderEnd, Summary};
+use crate::{status_line, OrderEnd, Summary, Witness};
 
 /// Set in a worker's environment (to anything): ship every order after
 /// its order workflow, and serve the admin API.
@@ -111,14 +111,22 @@ fn approve_verdict(order: u64) -> Option<String> {
 /// approval is asked about again (the deferred style: the call returns at
 /// once, and the harness's operator decides meanwhile); an escalation
 /// parks the order; a retry budget spent on failures that did not land is
-/// tried again from the top, a few times.
-pub(crate) async fn process(shop: &Arc<Shop>, ctx: &idem::Ctx, order: u64) -> OrderEnd {
+/// tried again from the top, a few times. `witness` hears of every result
+/// the saga's body is given by `book_courier` and `pay`.
+pub(crate) async fn process(
+    shop: &Arc<Shop>,
+    ctx: &idem::Ctx,
+    order: u64,
+    witness: &Witness,
+) -> OrderEnd {
     let expect = Expect::of(order);
     let iban = supplier_iban(order);
     let (mut tries, mut waits) = (0, 0u32);
     let mut last = String::new();
+    let shipped = saga_order(order);
+    let on_step = |step: shop::ShipStep<'_>| witness.returned(&step, shipped);
     while tries < 5 {
-        match shop::ship_order_to(shop, ctx, saga_order(order), &iban, &|_| {}).await {
+        match shop::ship_order_to(shop, ctx, shipped, &iban, &on_step).await {
             Ok(_) if expect.completes() => return OrderEnd::Done,
             Err(ToolError::Compensated { .. }) if !expect.completes() => return OrderEnd::Done,
             Ok(_) => {
