@@ -3,9 +3,11 @@
 //! examples/agent/shop.rs).
 //!
 //! - `sigkill_torture_quick`: 60 kills, with and without provider
-//!   faults, every tool killed at both instrumented points and one charge
-//!   key outliving its dedupe window, every escalation justified by the
-//!   faults and kills; part of `cargo test`. `IDEM_TORTURE_KILLS` and
+//!   faults, every tool killed at its instrumented points (the saga's
+//!   eventual-commit tools also right after a call returned, which loses
+//!   its COMMIT: each loss must be recovered with the result the caller
+//!   had) and one charge key outliving its dedupe window, every escalation
+//!   justified by the faults and kills; part of `cargo test`. `IDEM_TORTURE_KILLS` and
 //!   `IDEM_TORTURE_SEED` override the kill count and the seed;
 //!   `IDEM_TORTURE_KEEP_GOING=1` counts every violation instead of
 //!   stopping at the first.

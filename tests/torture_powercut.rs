@@ -64,16 +64,18 @@ fn assert_clean(summary: &harness::Summary, cuts: u64) {
         "{summary}"
     );
     assert!(summary.prefix_cuts > 0, "{summary}");
-    // Every tool cut at both of its instrumented points; the ledgers and
+    // Every tool cut at each of its instrumented points; the ledgers and
     // the journal after each round's last cut count one effect and one
-    // durable commit per tool and order. (That every large result
-    // replayed intact is part of `ok()`: a failed one counts as lost.)
+    // durable commit per tool and order; each eventual-commit tool lost a
+    // COMMIT to a cut, and every lost one was recovered with the result
+    // its caller had been given. (That every large result replayed intact
+    // is part of `ok()`: a failed one counts as lost.)
     harness::assert_covered_and_counted(summary);
 }
 
 #[test]
 fn power_cut_torture_quick() {
-    // The coverage chain alone takes eighteen cuts (every point of the
+    // The coverage chain alone takes twenty cuts (every point of the
     // order workflow and the saga); past it, random cuts come too.
     let cuts = cuts_from_env(40);
     // Some 20 s in a debug build on 2 cores; the bound only stops a run

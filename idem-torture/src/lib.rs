@@ -1453,8 +1453,46 @@ pub fn count_from_env(var: &str, default: u64) -> u64 {
 /// point hit (planned, so a miss is a harness or engine defect, never bad
 /// luck), and, counted by the providers and by the journal independently
 /// of the harness's own bookkeeping, one effect per tool and order in the
-/// ledgers and one commit for each in the audit stream.
+/// ledgers and one commit for each in the audit stream; and eventual
+/// commits tested: a provider-class and a journal-class tool of the saga
+/// commit at `Eventual`, each lost a COMMIT (at least at its planned
+/// `returned` point, where the loss is certain), and every lost one was
+/// recovered with the result its caller had been given.
 pub fn assert_covered_and_counted(summary: &Summary) {
+    let eventual: Vec<&str> = SAGA_TOOLS
+        .iter()
+        .copied()
+        .filter(|t| eventual_commit(t))
+        .collect();
+    for class in [Class::Provider, Class::Journal] {
+        assert!(
+            eventual
+                .iter()
+                .any(|t| descriptor(t).is_some_and(|d| d.class == class)),
+            "no {class:?}-class tool of the saga has commit = \"eventual\" ({eventual:?})"
+        );
+    }
+    for tool in &eventual {
+        assert!(
+            summary
+                .lost_commits_by_tool
+                .get(*tool)
+                .copied()
+                .unwrap_or(0)
+                > 0,
+            "no lost COMMIT of {tool} was found, though the coverage chain kills a worker right \
+             after one was returned: {summary}"
+        );
+    }
+    assert!(
+        summary.eventual_returns >= summary.lost_commits,
+        "lost commits: {summary}"
+    );
+    assert_eq!(
+        (summary.recovered_commits, summary.changed_results),
+        (summary.lost_commits, 0),
+        "lost commits recovered, results changed: {summary}"
+    );
     assert!(
         summary.crashpoints_missed().is_empty(),
         "crash points never hit: {:?}\n{summary}",
