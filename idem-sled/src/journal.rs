@@ -1,8 +1,10 @@
-//! The embedded journal: sled 0.34 holds the state as of the last
-//! checkpoint, a write-ahead log (`wal.rs`) everything since, and the
-//! store (`store.rs`) serves both. The log segments a checkpoint applied
-//! stay, with an image of sled (`image.rs`), as a second copy of sled's
-//! content: sled alone does not survive power loss intact.
+//! The embedded journal (format 4): settled records live in tables
+//! (`table.rs`), the audit stream in audit files (`audit.rs`), what can
+//! still change in sled 0.34, all named by a manifest; a write-ahead log
+//! (`wal.rs`) holds everything since the last checkpoint, and the store
+//! (`store.rs`) serves the lot. The log segments a checkpoint settled stay,
+//! with an image of sled (`image.rs`), as a second copy of sled's content:
+//! sled alone does not survive power loss intact.
 //!
 //! Opening, in order, changes nothing until it knows the directory is a
 //! journal of this format and its log is readable:
@@ -12,16 +14,20 @@
 //!    others can read it;
 //! 2. `idem-meta`: written first when the journal is created, so a
 //!    directory without it holds nothing acknowledged; a newer format is
-//!    refused untouched; format 2 is read, its audit buckets rewritten
-//!    before the log is applied, and marked format 3 once sled is durable;
-//! 3. the log segments since the last checkpoint, read under the damage
-//!    rules (only a torn tail of the newest segment may be dropped);
-//! 4. sled, then the segments applied to it, then sled's content checked
-//!    against the checkpoint's digest plus the segments' changes (see
+//!    refused untouched; formats 2 and 3 are opened the old way and
+//!    converted first (`legacy.rs`);
+//! 3. the manifest, and the log segments since the checkpoint it records,
+//!    read under the damage rules (only a torn tail of the newest segment
+//!    may be dropped);
+//! 4. the tables and audit files the manifest names, checked (footers,
+//!    indexes, filters); files it does not name are leftovers, removed;
+//! 5. sled, then the segments applied to it, then sled's content checked
+//!    against the manifest's digest plus the segments' changes (see
 //!    `digest.rs`): damage in sled's files is never absence; it is
 //!    repaired from the image and the kept log when they are whole, and
 //!    refused otherwise (`repair.rs`);
-//! 5. a checkpoint, and a fresh segment.
+//! 6. a checkpoint of the log (`settle.rs`), and a fresh segment; then a
+//!    low-priority scrub of every page and chunk (`store.rs`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -44,25 +50,28 @@ use idem_journal::record::Kind;
 /// Options of [`SledJournal::open_with`].
 #[derive(Debug, Clone)]
 pub struct SledOptions {
-    /// sled's page cache size in bytes (default 64 MiB): with the changes
-    /// since the last checkpoint (at most about three times
-    /// `checkpoint_bytes`: under a load that outruns checkpoints, writers
-    /// wait for them), most of an open journal's memory, whatever the
-    /// number of records. sled counts a page by its size on disk; in memory
-    /// it takes up to about twice that. sled 0.34 counts cache accesses in
-    /// batches, so a pass over every page (the open's content check, an
-    /// image) escapes the bound: what it leaves stays in memory until later
-    /// accesses count and evict it.
+    /// sled's page cache size in bytes (default 64 MiB). sled holds only
+    /// what can still change (calls in flight, escalations, approvals
+    /// waiting), so the cache holds all of it in most journals and reaches
+    /// this bound only when that is large. An open journal's memory is
+    /// this, the changes since the last checkpoint (at most about three
+    /// times `checkpoint_bytes`: under a load that outruns checkpoints,
+    /// writers wait for them), and what grows with the history: each
+    /// table's Bloom filter and page index, about 2.5 MB per million
+    /// settled records (settled records and the audit stream themselves
+    /// stay on disk). sled counts a page by its size on disk; in memory it
+    /// takes up to about twice that.
     pub cache_capacity: u64,
     /// How often sled writes its buffers in the background. Durability
     /// never depends on it (the write-ahead log provides it, and sled only
     /// receives changes at checkpoints), so the default is never.
     pub flush_every_ms: Option<u64>,
-    /// A checkpoint moves the log into sled once the current log segment
-    /// holds this many bytes (default 8 MiB). The changes since the last
-    /// checkpoint are also held in memory (as a bounded overlay), so this
-    /// bounds that memory too: while a checkpoint runs, at most two more
-    /// segments' worth of log is accepted before writers wait for it.
+    /// A checkpoint settles the log (into a table, an audit file and sled)
+    /// once the current log segment holds this many bytes (default 8 MiB).
+    /// The changes since the last checkpoint are also held in memory (as a
+    /// bounded overlay), so this bounds that memory too: while a checkpoint
+    /// runs, at most two more segments' worth of log is accepted before
+    /// writers wait for it.
     pub checkpoint_bytes: u64,
     /// Writes made with [`Durability::Eventual`] (dedupe hits, retries,
     /// verify verdicts...) are durable at the latest this long after they

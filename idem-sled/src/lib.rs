@@ -1,12 +1,16 @@
 //! The embedded journal of [idem](https://docs.rs/idem), on sled 0.34:
 //! [`SledJournal`]. One process per journal directory.
 //!
-//! `journal.rs` opens and serves the journal; `store.rs` is its state
-//! (sled as of the last checkpoint plus the write-ahead log since,
-//! `wal.rs`, with group commit); `image.rs` and the kept log are a second
-//! copy of sled's content, from which `repair.rs` rebuilds sled when a
-//! power cut damaged it; `files.rs`, `stored.rs`, `events.rs`,
-//! `deflate.rs`, `digest.rs` and `apply.rs` are what those share.
+//! `journal.rs` opens and serves the journal; `store.rs` is its state (the
+//! write-ahead log since the last checkpoint, `wal.rs`, with group commit,
+//! over sled, the tables and the audit files); `settle.rs` is a
+//! checkpoint: settled records into a table (`table.rs`), events into an
+//! audit file (`audit.rs`), what can still change into sled; `merge.rs`
+//! merges tables; `image.rs` and the kept log are a second copy of sled's
+//! content, from which `repair.rs` rebuilds sled when a power cut damaged
+//! it; `legacy.rs` opens and converts journals of formats 2 and 3;
+//! `files.rs`, `stored.rs`, `events.rs`, `deflate.rs`, `digest.rs` and
+//! `apply.rs` are what those share.
 
 #![warn(missing_docs)]
 
