@@ -458,6 +458,73 @@ mod tests {
             .contains(r#""worker":"pod-7#0000000000005eed""#));
     }
 
+    /// The bytes of events as this format writes them (keyed, with an
+    /// agent of its own, and neither): whatever writes them, journals on
+    /// disk hold these.
+    #[test]
+    fn events_keep_their_bytes() {
+        let key = IdemKey::from_parts("send_email", [7; 32], 1);
+        let owner = owner();
+        let event = |agent, kind| {
+            let bytes = encode(&Draft {
+                at_ms: 1_700_000_000_123,
+                tool: "send_email",
+                key: Some(&key),
+                root_run: "order-1",
+                agent,
+                worker: &owner,
+                kind,
+            })
+            .unwrap();
+            crate::key::hex(&bytes)
+        };
+        let head = "fd7b68e5cf8b0100000a73656e645f656d61696c010707070707070707070707070707070707\
+                    07070707070707070707070707070701076f726465722d31";
+        let intent = event(
+            "order-1",
+            EventKind::Intent {
+                generation: 1,
+                fingerprint: crate::key::hex(&[9; 32]),
+            },
+        );
+        // The fingerprint's 64 hex digits, "0909...", as a string.
+        let digits = "3039".repeat(32);
+        assert_eq!(
+            intent,
+            format!("4504cabe6afc{head}0005706f642d37fbed5e000140{digits}")
+        );
+        let attempt = event("order-1/sub", EventKind::Attempt { attempt: 3 });
+        assert_eq!(
+            attempt,
+            format!("4504f7e3bdcb{head}010b6f726465722d312f73756205706f642d37fbed5e0103")
+        );
+        let committed = event(
+            "order-1",
+            EventKind::Committed {
+                attempt: 3,
+                via: "call".into(),
+            },
+        );
+        assert_eq!(
+            committed,
+            format!("45048cf4daa8{head}0005706f642d37fbed5e03030463616c6c")
+        );
+        let unkeyed = encode(&Draft {
+            at_ms: 5,
+            tool: "lookup",
+            key: None,
+            root_run: "r",
+            agent: "r",
+            worker: &owner,
+            kind: EventKind::DedupeHit,
+        })
+        .unwrap();
+        assert_eq!(
+            crate::key::hex(&unkeyed),
+            "4504004cbb8f05066c6f6f6b75700001720005706f642d37fbed5e06"
+        );
+    }
+
     /// What format 2 wrote: the same fields without the worker.
     #[derive(Serialize)]
     struct Format2<'a> {

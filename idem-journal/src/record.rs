@@ -626,6 +626,39 @@ mod tests {
         assert_eq!(OpRecord::decode(&bytes, "mem", b"k").unwrap(), r);
     }
 
+    /// The bytes of two frames as this format writes them: whatever
+    /// writes frames (and however fast), journals on disk hold these.
+    #[test]
+    fn frames_keep_their_bytes() {
+        let committed = sample();
+        assert_eq!(
+            crate::key::hex(&encode(Kind::Op, &committed).unwrap()),
+            "4f04844fa7800a73656e645f656d61696c02076f726465722d3101016102020581a26964010103fd00\
+             68e5cf8b01000001fd00806e8774010000fdf469e5cf8b01000000070707070707070707070707070707\
+             07070707070707070707070707070707070c7b22746f223a22614062227d010774696d656f7574010\
+             66c616e6465640001066c616e64656407636865636b65640500010e61626f76652031303030204555\
+             52030207070707070707070707070707070707070707070707070707070707070707070101026f6b04\
+             03636c69"
+        );
+        // A fresh call's INTENT: no options set, no scope.
+        let intent = OpRecord {
+            state: State::Intent,
+            scope: Vec::new(),
+            key_first_sent_ms: None,
+            last_error: None,
+            verify_answer: None,
+            resolution: None,
+            approval: None,
+            ..sample()
+        };
+        assert_eq!(
+            crate::key::hex(&encode(Kind::Op, &intent).unwrap()),
+            "4f047d4167da0a73656e645f656d61696c02076f726465722d3100020003fd0068e5cf8b01000000fd\
+             f469e5cf8b0100000007070707070707070707070707070707070707070707070707070707070707070c\
+             7b22746f223a22614062227d0000000000"
+        );
+    }
+
     #[test]
     fn crc32_known_answer() {
         assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
