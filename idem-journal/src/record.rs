@@ -426,13 +426,32 @@ fn large() -> impl bincode::config::Config {
     bincode::config::standard().with_limit::<LARGE_LIMIT>()
 }
 
+/// Room a frame starts with: an audit event or a call's record fits,
+/// so most frames are written without growing their vector.
+const FRAME_CAPACITY: usize = 256;
+
+/// bincode's output appended to a vector: no `io::Write` layer under each
+/// of its writes (most of them a byte or a varint).
+struct Append<'a>(&'a mut Vec<u8>);
+
+impl bincode::enc::write::Writer for Append<'_> {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
 /// Frames a value of `kind`.
 pub fn encode<T: Serialize>(kind: Kind, value: &T) -> Result<Vec<u8>, Error> {
-    let mut out = vec![kind as u8, RECORD_VERSION, 0, 0, 0, 0];
-    bincode::serde::encode_into_std_write(value, &mut out, large()).map_err(|e| Error::Result {
-        key: kind.name().to_string(),
-        op: "encoded",
-        detail: e.to_string(),
+    let mut out = Vec::with_capacity(FRAME_CAPACITY);
+    out.extend_from_slice(&[kind as u8, RECORD_VERSION, 0, 0, 0, 0]);
+    bincode::serde::encode_into_writer(value, Append(&mut out), large()).map_err(|e| {
+        Error::Result {
+            key: kind.name().to_string(),
+            op: "encoded",
+            detail: e.to_string(),
+        }
     })?;
     // Never write what could not be read back.
     if out.len() - 6 > LARGE_LIMIT {
