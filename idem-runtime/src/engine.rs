@@ -187,6 +187,9 @@ where
     // without reading the journal. (Other arguments take the journal's
     // path, which records the drift and applies the tool's policy.)
     let cached = driver.cached(fingerprint);
+    // The driver stays in this future's state and the drive borrows it: a
+    // future that owned it would copy its kilobytes when made and again
+    // when first polled.
     let drive = driver.drive(Input::Start { cached, args_len });
     // Without a subscriber, no wrapper (a replay costs a few microseconds).
     let result = if traced.span().is_disabled() {
@@ -194,6 +197,7 @@ where
     } else {
         drive.instrument(traced.span().clone()).await
     };
+    drop(driver);
     metered.finish(traced.finish(result))
 }
 
@@ -283,7 +287,7 @@ where
         }
     }
 
-    async fn drive(mut self, first: Input) -> Result<T, ToolError<E>> {
+    async fn drive(&mut self, first: Input) -> Result<T, ToolError<E>> {
         let mut input = first;
         loop {
             let env = self.env(&input);
@@ -295,21 +299,27 @@ where
                     outcome,
                     remember,
                     share,
-                } => return self.finish(outcome, remember, share),
-                action => self.execute(action).await,
+                } => {
+                    let result = self.finish(outcome, remember, share);
+                    // The lead goes with the answer, as it did when the
+                    // driver was consumed here.
+                    self.slot = None;
+                    return result;
+                }
+                // Timed here, not in a function of its own: every async
+                // layer is a copy of the futures under it.
+                action => {
+                    let timer = if touches_journal(&action) {
+                        self.traced.journal_timer()
+                    } else {
+                        None
+                    };
+                    let input = self.act(action).await;
+                    self.traced.journal_done(timer);
+                    input
+                }
             };
         }
-    }
-
-    async fn execute(&mut self, action: Action) -> Input {
-        let timer = if touches_journal(&action) {
-            self.traced.journal_timer()
-        } else {
-            None
-        };
-        let input = self.act(action).await;
-        self.traced.journal_done(timer);
-        input
     }
 
     async fn act(&mut self, action: Action) -> Input {
@@ -333,7 +343,7 @@ where
                     Input::ReadFailed
                 }
             },
-            Action::Write(op) => self.write(*op).await,
+            Action::Write(op) => self.write(op).await,
             Action::Revert(step) => self.revert(step).await,
             Action::Emit(kind) => {
                 let replay = kind == EventKind::DedupeHit;
@@ -479,7 +489,9 @@ where
         }
     }
 
-    async fn write(&mut self, op: WriteOp) -> Input {
+    /// Takes the op boxed, as the machine gave it: the future holds a
+    /// pointer, not the record.
+    async fn write(&mut self, op: Box<WriteOp>) -> Input {
         self.began = tokio::time::Instant::now();
         match self.write_op(&op).await {
             Ok(input) => input,
@@ -653,7 +665,7 @@ where
     }
 
     /// Hands the machine's outcome to the caller.
-    fn finish(mut self, outcome: Outcome, remember: bool, share: bool) -> Result<T, ToolError<E>> {
+    fn finish(&mut self, outcome: Outcome, remember: bool, share: bool) -> Result<T, ToolError<E>> {
         if remember {
             self.remember();
         }
