@@ -526,8 +526,14 @@ impl Table {
         {
             return damaged(p.offset, format!("page {i}'s checksum does not match"));
         }
-        if plain_len > MAX_PLAIN {
-            return damaged(p.offset, format!("page {i} claims {plain_len} bytes"));
+        // An LZ4 block inflates a byte to at most 255 (a literal is one, a
+        // match of 19 + 255·e bytes costs 3 + e): a larger claim is damage,
+        // refused before it sizes the buffer.
+        if plain_len > MAX_PLAIN || plain_len > packed_len.saturating_mul(255) {
+            return damaged(
+                p.offset,
+                format!("page {i} claims {plain_len} bytes from {packed_len}"),
+            );
         }
         let mut plain = vec![0u8; plain_len];
         match lz4_flex::block::decompress_into(&buf[PAGE_HEAD..], &mut plain) {
@@ -904,6 +910,39 @@ mod tests {
             );
         }
         assert!(t.verify().is_err());
+    }
+
+    #[test]
+    fn a_plain_length_lz4_cannot_reach_is_refused_before_allocating() {
+        // Found by the `tables` fuzz target
+        // (fuzz/regressions/tables/page-claims-160-mib-under-its-checksum):
+        // a page whose plain length was damaged under a matching checksum
+        // made `page` allocate what it claimed (160 MiB for a 50-byte
+        // page; up to 1 GiB), then fail to inflate. An LZ4 block inflates
+        // a byte to at most 255: a larger claim is refused first.
+        let dir = tempfile::tempdir().unwrap();
+        let written = write(dir.path(), 2, 1);
+        let mut bytes = fs::read(path(dir.path(), 2)).unwrap();
+        let page = HEADER_LEN;
+        let packed = u32_at(&bytes, page) as usize;
+        for claim in [packed * 255 + 1, 0x0a00_0026, MAX_PLAIN] {
+            bytes[page + 4..page + 8].copy_from_slice(&(claim as u32).to_le_bytes());
+            let crc = page_crc(&bytes[page..page + 8], &bytes[page + PAGE_HEAD..][..packed]);
+            bytes[page + 8..page + 12].copy_from_slice(&crc.to_le_bytes());
+            fs::write(path(dir.path(), 2), &bytes).unwrap();
+            let t = Table::open(dir.path(), 2, Some(written.bytes)).unwrap();
+            match t.get(&k(0)) {
+                Err(ReadError::Damaged(d)) => assert!(d.detail.contains("claims"), "{}", d.detail),
+                other => panic!("{claim}: {other:?}"),
+            }
+        }
+        // The most compressible page there is still reads.
+        let mut w = Writer::create(dir.path(), 3, 1).unwrap();
+        w.add(&k(0), Some(&vec![0; 4 << 20])).unwrap();
+        let written = w.finish().unwrap();
+        let t = Table::open(dir.path(), 3, Some(written.bytes)).unwrap();
+        assert!(written.bytes < (4 << 20) / 200, "{} bytes", written.bytes);
+        assert_eq!(t.get(&k(0)).unwrap(), Found::Value(vec![0; 4 << 20]));
     }
 
     #[test]

@@ -35,11 +35,17 @@ pub(crate) const FIX: u8 = 2;
 
 /// The id of the file the target opens (its name and its header say it).
 const ID: u64 = 0x1d;
-/// Bytes of values (events) one input may make the harness write: enough
-/// for several pages of a table (8 KiB each) and several chunks of an
-/// audit file (64 KiB each), within what the metering allocator of
+/// Bytes of events one input may make the harness write: several chunks
+/// of an audit file (64 KiB each), within what the metering allocator of
 /// `fuzz/` allows an input (4 MiB plus 64 times its length).
 const BUILD_BYTES: usize = 256 << 10;
+/// Bytes of values of a built table, and of one value: several pages (8
+/// KiB each), none larger than about 12 KiB packed, so that the plain
+/// length a damaged page may claim under a recomputed checksum (255 times
+/// its packed bytes, the most LZ4 inflates to) stays within the metering
+/// allocator's 4 MiB.
+const TABLE_BYTES: usize = 64 << 10;
+const VALUE_MOST: usize = 4 << 10;
 /// Bytes of a damage operation.
 const OP_LEN: usize = 5;
 /// Bytes of an entry of a built table.
@@ -81,7 +87,8 @@ type Entry = (Key, Option<Vec<u8>>);
 ///   `0xff` jumps as far as leaves room for the events still to come; an
 ///   event beyond `u64::MAX` is dropped. No event: no file (`Rejected`).
 /// - a value (event) is `len << (4 × (kind >> 1 & 3))` bytes, all `len`
-///   with `kind & 8`, pseudo-random without; at most 256 KiB in all.
+///   with `kind & 8`, pseudo-random without; a value at most 4 KiB, at
+///   most 64 KiB of values (256 KiB of events) in all.
 /// - a damage operation is `[op][region][at: u16 LE][mask]`. `region`
 ///   (modulo their number) is 0 for the whole file, 1 the header, then
 ///   each page (chunk), then the Bloom filter (tables only), the page index
@@ -489,9 +496,12 @@ fn spec_key(k0: u8, k1: u8) -> Key {
     table::key(space, &d)
 }
 
-/// The bytes of a value or event (see [`tables()`]), within `budget`.
-fn content(seed: u64, kind: u8, len: u8, budget: &mut usize) -> Vec<u8> {
-    let n = (usize::from(len) << (4 * ((kind >> 1) & 3))).min(*budget);
+/// The bytes of a value or event (see [`tables()`]): at most `most`, and
+/// within `budget`.
+fn content(seed: u64, kind: u8, len: u8, most: usize, budget: &mut usize) -> Vec<u8> {
+    let n = (usize::from(len) << (4 * ((kind >> 1) & 3)))
+        .min(most)
+        .min(*budget);
     *budget -= n;
     if kind & 8 != 0 {
         return vec![len; n];
@@ -508,13 +518,13 @@ fn content(seed: u64, kind: u8, len: u8, budget: &mut usize) -> Vec<u8> {
 
 /// The entries the specs describe, in key order.
 fn table_entries(specs: &[u8]) -> Vec<Entry> {
-    let mut budget = BUILD_BYTES;
+    let mut budget = TABLE_BYTES;
     let mut out: Vec<Entry> = specs
         .chunks_exact(ENTRY_SPEC)
         .map(|s| {
             let k = spec_key(s[0], s[1]);
             let seed = u64::from_le_bytes(k[1..9].try_into().unwrap_or_default());
-            let v = (s[2] & 1 == 0).then(|| content(seed, s[2], s[3], &mut budget));
+            let v = (s[2] & 1 == 0).then(|| content(seed, s[2], s[3], VALUE_MOST, &mut budget));
             (k, v)
         })
         .collect();
@@ -605,7 +615,7 @@ fn audit_events(param: u8, specs: &[u8]) -> EventRows {
                 None => break,
             }
         };
-        out.push((seq, content(seq, s[1], s[2], &mut budget)));
+        out.push((seq, content(seq, s[1], s[2], usize::MAX, &mut budget)));
         next = seq.checked_add(1);
     }
     out
