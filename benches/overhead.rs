@@ -7,7 +7,9 @@
 //!   interleaved with blocks of fresh calls, so that the disk's drift over
 //!   the run weighs on both alike;
 //! - a fresh journaled call of a no-op provider tool (target: p50 within
-//!   1.5 × two fdatasyncs);
+//!   1.5 × two fdatasyncs), and the same tool with `commit = "eventual"`
+//!   (target: p50 within 1.2 × one fdatasync: its COMMITTED record rides
+//!   the next group commit);
 //! - replay of a committed result, keys drawn uniformly from every
 //!   operation in the journal (target: p50 under 20 µs);
 //! - a read-only call against a plain async fn (target: under 1 µs more);
@@ -47,6 +49,14 @@ impl Classify for Never {
 
 #[tool(class = "provider", key = "n")]
 async fn charge_noop(ctx: &Ctx, n: u64) -> Result<u64, Never> {
+    let _ = ctx.idempotency_key();
+    Ok(n)
+}
+
+/// [`charge_noop`] with `commit = "eventual"`: the caller gets the result
+/// after the INTENT's fdatasync.
+#[tool(class = "provider", key = "n", commit = "eventual")]
+async fn charge_noop_eventual(ctx: &Ctx, n: u64) -> Result<u64, Never> {
     let _ = ctx.idempotency_key();
     Ok(n)
 }
@@ -179,6 +189,17 @@ async fn fresh_calls(ctx: &Ctx, keys: std::ops::Range<u64>) -> Vec<Duration> {
     samples
 }
 
+/// [`fresh_calls`] of the eventual-commit tool.
+async fn fresh_eventual_calls(ctx: &Ctx, keys: std::ops::Range<u64>) -> Vec<Duration> {
+    let mut samples = Vec::with_capacity(keys.clone().count());
+    for n in keys {
+        let t = Instant::now();
+        charge_noop_eventual(ctx, n).await.expect("fresh call");
+        samples.push(t.elapsed());
+    }
+    samples
+}
+
 /// `n` fresh calls one after the other; calls per second, wall clock.
 async fn sequential(ctx: &Ctx, keys: std::ops::Range<u64>) -> f64 {
     let n = keys.end - keys.start;
@@ -294,19 +315,24 @@ fn main() {
         committed.add(10_000_000..10_000_200);
 
         // The floor and fresh calls in alternating blocks: 20 x (100
-        // fdatasyncs, 150 calls).
+        // fdatasyncs, 150 calls, 150 calls of the eventual-commit tool).
         let seq = 3000;
         let mut fresh_samples = Vec::with_capacity(seq as usize);
+        let mut eventual_samples = Vec::with_capacity(seq as usize);
         for b in 0..20u64 {
             floor.block(100);
             let keys = b * 150..(b + 1) * 150;
             fresh_samples.extend(fresh_calls(&ctx, keys.clone()).await);
             committed.add(keys);
+            let keys = 20_000_000 + b * 150..20_000_000 + (b + 1) * 150;
+            eventual_samples.extend(fresh_eventual_calls(&ctx, keys).await);
         }
         let floor_summary = summarize(std::mem::take(&mut floor.samples));
         line("fdatasync, 128-byte append (the floor)", &floor_summary);
         let fresh = summarize(fresh_samples);
         line("fresh provider call (INTENT + COMMIT)", &fresh);
+        let eventual = summarize(eventual_samples);
+        line("fresh call, commit = \"eventual\"", &eventual);
         let replay = replays(&ctx, &committed, 20_000, 1).await;
         line(
             &format!("replay of a committed result (of {})", committed.len()),
@@ -378,6 +404,12 @@ fn main() {
             us(fresh.p50) / two,
             us(fresh.p50),
             two
+        );
+        println!(
+            "  fresh eventual p50 / fdatasync p50       {:>6.2}   [<= 1.2]   ({:.1} us / {:.1} us)",
+            us(eventual.p50) / us(floor_summary.p50),
+            us(eventual.p50),
+            us(floor_summary.p50)
         );
         println!(
             "  replay p50                               {:>6.2} us [< 20 us]",
