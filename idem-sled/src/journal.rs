@@ -1471,6 +1471,55 @@ mod tests {
     }
 
     #[test]
+    fn a_read_that_a_checkpoint_overtakes_reads_again_instead_of_finding_nothing() {
+        // The key was claimed (in sled) and checkpointed. A read misses it
+        // in the overlay; before the read reaches sled, the key is written
+        // settled and a checkpoint takes it out of sled, its table not yet
+        // installed. Found in neither, it would read as absent.
+        let dir = tempfile::TempDir::new().unwrap();
+        let j = Arc::new(SledJournal::open(dir.path()).unwrap());
+        let owner = Owner {
+            worker: "w".into(),
+            incarnation: 1,
+        };
+        let w = Write {
+            claim: ClaimChange::Take(&owner),
+            ..put(Expect::Absent, b"intent", &[])
+        };
+        let Written::Done { version, .. } = block(j.write(w)).unwrap() else {
+            panic!("conflict")
+        };
+        j.store().checkpoint_now().join().unwrap();
+        let store = j.store().clone();
+        let (applied_tx, applied_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel();
+        *store.pause_before_install.lock().unwrap() = Some((applied_tx, go_rx));
+        let writer = j.clone();
+        let checkpointer = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let handle = checkpointer.clone();
+        *store.after_overlay_miss.lock().unwrap() = Some(Box::new(move || {
+            let w = Write {
+                claim: ClaimChange::Release,
+                ..put(Expect::Version(version), b"committed", &[])
+            };
+            assert!(matches!(
+                block(writer.write(w)).unwrap(),
+                Written::Done { .. }
+            ));
+            *handle.lock().unwrap() = Some(writer.store().checkpoint_now());
+            applied_rx.recv().unwrap();
+        }));
+        let got = block(j.load(Space::Ops, &K)).unwrap();
+        go_tx.send(()).unwrap();
+        checkpointer.lock().unwrap().take().unwrap().join().unwrap();
+        assert_eq!(got.map(|l| l.body), Some(b"committed".to_vec()));
+        assert_eq!(
+            block(j.load(Space::Ops, &K)).unwrap().map(|l| l.body),
+            Some(b"committed".to_vec())
+        );
+    }
+
+    #[test]
     fn a_clean_close_leaves_no_log_to_replay() {
         let dir = tempfile::TempDir::new().unwrap();
         let j = SledJournal::open(dir.path()).unwrap();

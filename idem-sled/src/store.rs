@@ -21,9 +21,15 @@
 //!
 //! A read looks in the overlay, then sled, then the tables from the
 //! newest. A checkpoint moves a key from the overlay to sled or a table
-//! while a read may be between the two; a read therefore notes how many
-//! checkpoints and merges had been installed when it looked at the
-//! overlay, and starts again if that changed before it finished.
+//! while a read may be between the two: a key written after the read
+//! missed it in the overlay, and checkpointed before the read reached
+//! sled, is gone from sled before its table is installed. A checkpoint
+//! therefore bumps a counter before it changes sled and when it installs
+//! its files; a read notes the counter when it looks at the overlay and
+//! starts again if it moved before the read finished. (A write decides
+//! under the state lock, and the keys a running checkpoint takes out of
+//! sled are all still in the overlay until its install, so a write never
+//! needs to.)
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::File;
@@ -141,7 +147,9 @@ struct State {
     tables: Arc<Vec<Arc<Table>>>,
     /// The audit files it names, in sequence order.
     audit: Arc<Vec<AuditMeta>>,
-    /// Checkpoints and merges installed so far (see the module docs).
+    /// Changes of where keys live: bumped when a checkpoint starts taking
+    /// keys out of sled and when a checkpoint or merge is installed (see
+    /// the module docs).
     installs: u64,
     /// The next id a table or audit file gets.
     next_file: u64,
@@ -174,6 +182,14 @@ pub(super) struct Store {
     scrubber: Background,
     /// One manifest written at a time: checkpoints and merges both move it.
     manifest_io: Mutex<()>,
+    /// Tests: runs once in a read, after it missed the overlay.
+    #[cfg(test)]
+    pub(super) after_overlay_miss: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// Tests: the next checkpoint says (first channel) when it has changed
+    /// sled, and waits (second) before it installs its files.
+    #[cfg(test)]
+    pub(super) pause_before_install:
+        Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
     /// Tests: the next checkpoint panics as sled does on damage.
     #[cfg(test)]
     pub(super) panic_in_checkpoint: AtomicBool,
@@ -262,6 +278,10 @@ impl Store {
             merger: Background::default(),
             scrubber: Background::default(),
             manifest_io: Mutex::new(()),
+            #[cfg(test)]
+            after_overlay_miss: Mutex::new(None),
+            #[cfg(test)]
+            pause_before_install: Mutex::new(None),
             #[cfg(test)]
             panic_in_checkpoint: AtomicBool::new(false),
             #[cfg(any(test, feature = "fuzzing"))]
@@ -356,6 +376,15 @@ impl Store {
             };
             if let Some(v) = overlaid {
                 break v;
+            }
+            #[cfg(test)]
+            if let Some(hook) = self
+                .after_overlay_miss
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+            {
+                hook();
             }
             // Outside the lock. A checkpoint that settled this key since
             // the overlay was read (the key written and checkpointed in
@@ -1086,6 +1115,15 @@ impl Store {
         }
     }
 
+    /// Rotates the log and checkpoints it on a thread of its own (tests).
+    #[cfg(test)]
+    pub(super) fn checkpoint_now(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
+        let gen = self.lock().gen;
+        let covered = self.rotate(gen).expect("rotates");
+        let store = self.clone();
+        std::thread::spawn(move || store.checkpoint(gen, covered))
+    }
+
     /// Starts segment `old_gen + 1` and marks a checkpoint of `old_gen` as
     /// running; returns the lsn it covers (every unit in the old segment is
     /// durable: the flusher or the last barrier wrote it). `None` if the
@@ -1287,9 +1325,29 @@ impl Store {
                 fold.add(u);
             }
         }
-        let mut ids = self.reserve_ids(2);
+        // sled is about to lose the keys that settled; they stay in the
+        // overlay until the table holding them is installed. A read that
+        // missed the overlay before a key was written and checkpointed
+        // could find it in neither: it reads again (see `load`).
+        let mut ids = {
+            let mut st = self.lock();
+            st.installs += 1;
+            let first = st.next_file;
+            st.next_file += 2;
+            first
+        };
         let settled = settle::write(&self.dir, &self.trees, fold, floor, &mut ids)
             .map_err(|f| f.to_string())?;
+        #[cfg(test)]
+        if let Some((applied, go)) = self
+            .pause_before_install
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = applied.send(());
+            let _ = go.recv();
+        }
         let table = match settled.table {
             Some(t) => Some(Arc::new(
                 Table::open(&self.dir, t.id, Some(t.bytes))
