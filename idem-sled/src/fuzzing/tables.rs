@@ -35,10 +35,11 @@ pub(crate) const FIX: u8 = 2;
 
 /// The id of the file the target opens (its name and its header say it).
 const ID: u64 = 0x1d;
-/// Bytes of events one input may make the harness write: several chunks
-/// of an audit file (64 KiB each), within what the metering allocator of
-/// `fuzz/` allows an input (4 MiB plus 64 times its length).
-const BUILD_BYTES: usize = 256 << 10;
+/// Bytes of events one input may make the harness write: two chunks of an
+/// audit file (64 KiB each) and a third, within what the metering
+/// allocator of `fuzz/` allows an input (4 MiB plus 64 times its length).
+/// Each costs time: compressing and inflating are most of an input's.
+const BUILD_BYTES: usize = 128 << 10;
 /// Bytes of values of a built table, and of one value: several pages (8
 /// KiB each), none larger than about 12 KiB packed, so that the plain
 /// length a damaged page may claim under a recomputed checksum (255 times
@@ -88,7 +89,7 @@ type Entry = (Key, Option<Vec<u8>>);
 ///   event beyond `u64::MAX` is dropped. No event: no file (`Rejected`).
 /// - a value (event) is `len << (4 × (kind >> 1 & 3))` bytes, all `len`
 ///   with `kind & 8`, pseudo-random without; a value at most 4 KiB, at
-///   most 64 KiB of values (256 KiB of events) in all.
+///   most 64 KiB of values (128 KiB of events) in all.
 /// - a damage operation is `[op][region][at: u16 LE][mask]`. `region`
 ///   (modulo their number) is 0 for the whole file, 1 the header, then
 ///   each page (chunk), then the Bloom filter (tables only), the page index
