@@ -109,31 +109,37 @@ type Entry = (Key, Option<Vec<u8>>);
 ///   offset inside the file (an I/O error is for a file that cannot be
 ///   read at all, and the harness's always can);
 /// - a table that opens: its iteration (`iter_after(None)`) yields
-///   strictly increasing keys, and nothing after an error; from any start
-///   (`iter_from`, `iter_after(Some)`) it yields keys from that start on;
-///   `get` of every key it yields answers that entry, or damage; if
-///   `verify()` passes, the iteration is whole and yields exactly the
-///   footer's count of entries, every `get` answers as iteration does,
-///   iteration from any start is the whole iteration's suffix, and `get`
-///   of a key it does not yield is `Found::No`. (A table that fails
-///   `verify` may answer `get` otherwise: its parts disagree, which only a
-///   forged checksum makes possible, and the scrub reports it.)
+///   strictly increasing keys, and nothing after an error; from a start
+///   (`iter_from`, `iter_after(Some)`: the least and the greatest key, and
+///   keys `p` and `q` pick, or their neighbours) it yields keys from that
+///   start on. If `verify()` passes, the iteration is whole and yields
+///   exactly the footer's count of entries; `get` of a key it yields
+///   answers that entry, `get` of a key it does not yield (the least and
+///   greatest keys, neighbours of the keys checked) is `Found::No`, and
+///   iteration from a start is the whole iteration's suffix. (A table that
+///   fails `verify` may answer `get` otherwise: its parts disagree, which
+///   only a forged checksum makes possible, and the scrub reports it.)
+///   The keys `get` checks are a sample, as a `get` inflates a page (half
+///   a millisecond under the fuzzer's instrumentation): all of up to 8
+///   keys, else 8 spread over them, the first, the last and those `p` and
+///   `q` pick.
 /// - an audit file that opens: its footer is consistent (`first ≤ last`,
 ///   between 1 and `last - first + 1` events); `read(from, limit)` leaves
 ///   what `out` held, yields strictly increasing sequence numbers, at least
 ///   `from`, in `[first, last]`, no more than `limit` counted with what
-///   `out` held; reads from different starts agree where they overlap; a
-///   read with a limit is a prefix of the read without, and fails only
-///   where that one does; if `verify()` passes, reading all of it succeeds
-///   with exactly the footer's count of events.
+///   `out` held; reads from different starts (0, `first`, `last`, `last +
+///   1`, and after events `p` and `q` pick) agree with the read from 0
+///   where they overlap (exactly, when both succeed); a read with a limit
+///   (`q >> 2`, after `q & 3` events in `out`) is a prefix of the read
+///   without, and fails only where that one does; if `verify()` passes,
+///   reading all of it succeeds with exactly the footer's count of events.
 /// - a built file without damage opens, verifies and reads back exactly
-///   what was written (tables: keys not written are `Found::No`; audit
-///   files: from every start); a damaged one whose checksums were not
-///   recomputed answers only what was written or damage: what iteration or
-///   `read` yields before an error is a prefix of what was written from
-///   its start (all of it when no error), `get` answers the written entry
-///   (or `Found::No` for a key not written) or damage, and the footer's
-///   figures are the writer's.
+///   what was written (tables: keys not written are `Found::No`); a
+///   damaged one whose checksums were not recomputed answers only what was
+///   written, or damage: what iteration or `read` yields before an error is
+///   a prefix of what was written from its start (all of it when no
+///   error), `get` answers the written entry (`Found::No` for a key not
+///   written) or damage, and the footer's figures are the writer's.
 pub fn tables(data: &[u8]) -> Outcome {
     let Some((&[flags, p, q], rest)) = data.split_first_chunk::<3>() else {
         return Outcome::Rejected;
@@ -753,7 +759,7 @@ fn read_events(
     if let (Some(a), Some(z)) = (got.first(), got.last()) {
         assert!(
             a.0 >= from && a.0 >= f.first && z.0 <= f.last,
-            "{what}: events {} to {} of a file from {} to {}",
+            "{what}: events {} to {}, from {from}, of a file from {} to {}",
             a.0,
             z.0,
             f.first,
