@@ -45,7 +45,13 @@ pub struct BadKey {
 
 impl IdemKey {
     fn new(tool: &str, digest: [u8; 32], generation: u32) -> Self {
-        let mut text = String::with_capacity(NAME_PREFIX_MAX + 80);
+        // Built at its final size: the text is ASCII whatever the tool's
+        // name (anything else becomes `_`), so its length is known first.
+        let prefix = tool.chars().take(NAME_PREFIX_MAX).count();
+        let prefix = if prefix == 0 { 4 } else { prefix };
+        let mut generation_digits = [0u8; 10];
+        let generation_digits = decimal(generation, &mut generation_digits);
+        let mut text = String::with_capacity(prefix + 1 + 64 + 2 + generation_digits.len());
         for c in tool.chars().take(NAME_PREFIX_MAX) {
             text.push(if c.is_ascii_alphanumeric() || c == '_' {
                 c.to_ascii_lowercase()
@@ -59,7 +65,7 @@ impl IdemKey {
         text.push('-');
         push_hex(&mut text, &digest);
         text.push_str("-g");
-        text.push_str(&generation.to_string());
+        text.push_str(generation_digits);
         IdemKey(Arc::new(Parts {
             digest,
             generation,
@@ -155,10 +161,30 @@ fn digits(mut n: u32) -> usize {
 /// Appends `bytes` as lowercase hex.
 pub fn push_hex(out: &mut String, bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(HEX[(b >> 4) as usize] as char);
-        out.push(HEX[(b & 15) as usize] as char);
+    // A block of digits at a time, not a `push` per digit.
+    let mut block = [0u8; 128];
+    for chunk in bytes.chunks(block.len() / 2) {
+        for (pair, b) in block.chunks_exact_mut(2).zip(chunk) {
+            pair[0] = HEX[(b >> 4) as usize];
+            pair[1] = HEX[(b & 15) as usize];
+        }
+        let digits = &block[..chunk.len() * 2];
+        out.push_str(std::str::from_utf8(digits).expect("hex digits are ASCII"));
     }
+}
+
+/// `n` in decimal, written into `buf`.
+fn decimal(mut n: u32, buf: &mut [u8; 10]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[at..]).expect("decimal digits are ASCII")
 }
 
 /// `bytes` as lowercase hex.
@@ -213,6 +239,38 @@ mod tests {
     #[test]
     fn a_key_is_one_pointer() {
         assert_eq!(std::mem::size_of::<IdemKey>(), std::mem::size_of::<usize>());
+    }
+
+    /// The text, as the type's documentation says it is made, for names
+    /// of every kind and generations of every width.
+    #[test]
+    fn text_is_name_digest_and_generation() {
+        let digest: [u8; 32] = std::array::from_fn(|i| (i * 37 + 5) as u8);
+        let hex_digest: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let long = "x".repeat(70);
+        for (tool, prefix) in [
+            ("charge", "charge"),
+            ("Send Email", "send_email"),
+            ("", "tool"),
+            ("zahlung-über", "zahlung__ber"),
+            ("日本", "__"),
+            (&long[..], &long[..64]),
+        ] {
+            for generation in [0, 7, 10, 99, 100, 65_536, u32::MAX] {
+                let key = IdemKey::from_parts(tool, digest, generation);
+                assert_eq!(
+                    key.as_str(),
+                    format!("{prefix}-{hex_digest}-g{generation}"),
+                    "{tool:?} {generation}"
+                );
+                assert_eq!(key.tool_prefix(), prefix);
+                assert_eq!(IdemKey::parse(key.as_str()).unwrap(), key);
+            }
+        }
+        let bytes: Vec<u8> = (0..=255).collect();
+        let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex(&bytes), expected);
+        assert_eq!(hex(&[]), "");
     }
 
     #[test]
