@@ -23,16 +23,43 @@ pub type LeaderOutcome = Arc<dyn Any + Send + Sync>;
 /// The claim a leader holds, if it took one (for lease renewal).
 type HeldCell = Arc<Mutex<Option<Held>>>;
 
+/// The channel waiters of a key wait on: made by the first waiter, so a
+/// call nobody waits for (nearly every call) makes none. The receiver is
+/// the channel's first, which every waiter clones: a waiter that comes
+/// after the leader shared its outcome sees the change at once, as it
+/// would had the channel been there from the start.
+type Waiters = (
+    watch::Sender<Option<LeaderOutcome>>,
+    watch::Receiver<Option<LeaderOutcome>>,
+);
+
 struct Entry_ {
-    rx: watch::Receiver<Option<LeaderOutcome>>,
+    waiters: Option<Waiters>,
+    /// What the leader shared, for a channel made after it did.
+    shared: Option<LeaderOutcome>,
     held: HeldCell,
+}
+
+/// A key digest as the table's key: SHA-256 output is uniform already, so
+/// its first eight bytes are what is hashed (under the map's random key,
+/// as all 32 bytes and their length were: collisions still cannot be aimed
+/// at); equality compares all of it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DigestKey(pub(crate) Digest);
+
+impl std::hash::Hash for DigestKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let mut head = [0u8; 8];
+        head.copy_from_slice(&self.0[..8]);
+        state.write_u64(u64::from_le_bytes(head));
+    }
 }
 
 /// The table; one per journal, shared by every runtime built on it
 /// ([`Local::of`]).
 #[derive(Default)]
 pub struct Local {
-    slots: Mutex<HashMap<Digest, Entry_>>,
+    slots: Mutex<HashMap<DigestKey, Entry_>>,
 }
 
 impl std::fmt::Debug for Local {
@@ -55,7 +82,6 @@ pub enum Entry<'a> {
 pub struct Slot<'a> {
     table: &'a Local,
     digest: Digest,
-    tx: watch::Sender<Option<LeaderOutcome>>,
     held: HeldCell,
 }
 
@@ -89,29 +115,35 @@ impl Local {
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Digest, Entry_>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<DigestKey, Entry_>> {
         lock(&self.slots)
     }
 
     /// Becomes the key's leader, or learns who is.
     pub fn enter(&self, digest: &Digest) -> Entry<'_> {
         let mut slots = self.lock();
-        if let Some(e) = slots.get(digest) {
-            return Entry::Busy(e.rx.clone());
+        if let Some(e) = slots.get_mut(&DigestKey(*digest)) {
+            let (_, rx) = e.waiters.get_or_insert_with(|| {
+                let (tx, rx) = watch::channel(None);
+                if let Some(shared) = &e.shared {
+                    tx.send_replace(Some(shared.clone()));
+                }
+                (tx, rx)
+            });
+            return Entry::Busy(rx.clone());
         }
-        let (tx, rx) = watch::channel(None);
         let held = HeldCell::default();
         slots.insert(
-            *digest,
+            DigestKey(*digest),
             Entry_ {
-                rx,
+                waiters: None,
+                shared: None,
                 held: held.clone(),
             },
         );
         Entry::Leader(Slot {
             table: self,
             digest: *digest,
-            tx,
             held,
         })
     }
@@ -128,7 +160,13 @@ impl Local {
 impl Slot<'_> {
     /// Leaves `outcome` for the waiters, who see it when the slot goes.
     pub fn share(&self, outcome: LeaderOutcome) {
-        self.tx.send_replace(Some(outcome));
+        let mut slots = self.table.lock();
+        if let Some(e) = slots.get_mut(&DigestKey(self.digest)) {
+            if let Some((tx, _)) = &e.waiters {
+                tx.send_replace(Some(outcome.clone()));
+            }
+            e.shared = Some(outcome);
+        }
     }
 
     /// Records the claim this leader holds now (`None`: released).
@@ -139,9 +177,10 @@ impl Slot<'_> {
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        // Leave the table before the sender drops, so a woken waiter finds
-        // the slot free.
-        self.table.lock().remove(&self.digest);
+        // Leave the table before the sender drops (with the entry, after
+        // the table's lock), so a woken waiter finds the slot free.
+        let entry = self.table.lock().remove(&DigestKey(self.digest));
+        drop(entry);
     }
 }
 
@@ -181,5 +220,39 @@ mod tests {
         drop(slot);
         assert!(rx.changed().await.is_err(), "sender dropped");
         assert!(rx.borrow().is_none());
+    }
+
+    /// The channel is made by the first waiter; one that comes after the
+    /// leader shared sees the outcome at once (before the leader goes), as
+    /// every waiter did when each leader made its channel up front.
+    #[tokio::test]
+    async fn waiters_after_a_share_see_it_at_once_and_share_one_channel() {
+        let table = Local::default();
+        let key = [3; 32];
+        let Entry::Leader(slot) = table.enter(&key) else {
+            panic!("first entry must lead")
+        };
+        slot.share(Arc::new(9u32));
+        assert!(
+            table.lock()[&DigestKey(key)].waiters.is_none(),
+            "nobody waits: no channel"
+        );
+        let Entry::Busy(mut first) = table.enter(&key) else {
+            panic!("second entry must wait")
+        };
+        let Entry::Busy(mut second) = table.enter(&key) else {
+            panic!("third entry must wait")
+        };
+        for rx in [&mut first, &mut second] {
+            assert!(rx.has_changed().unwrap(), "the share is news to a waiter");
+            rx.changed().await.expect("the leader is still there");
+            let seen = rx.borrow_and_update().clone().expect("shared");
+            assert_eq!(seen.downcast_ref::<u32>(), Some(&9));
+        }
+        drop(slot);
+        for rx in [&mut first, &mut second] {
+            assert!(rx.changed().await.is_err(), "both woken by the leader leaving");
+        }
+        assert!(table.lock().is_empty());
     }
 }
