@@ -753,7 +753,7 @@ where
                     class: self.tool.class,
                     generation: rec.generation,
                     fingerprint: rec.fingerprint,
-                    result: std::sync::Arc::from(&result.0[..]),
+                    result: crate::replays::Bytes::new(&result.0),
                 },
             );
         }
