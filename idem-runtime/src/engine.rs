@@ -148,7 +148,7 @@ where
     let metered = shared.audit.metrics.call(tool);
     let traced = Traced::call(ctx, tool, Some(&key));
     let (json, fingerprint) = args.canonical();
-    shared.saw(tool, hooks.check_landed);
+    shared.saw(metered.slot(), tool, hooks.check_landed);
     let policy = policy_of(tool, verify.is_some());
     let args_len = json.len();
     let machine = Call::new(Called {

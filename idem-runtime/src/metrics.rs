@@ -14,7 +14,7 @@
 //! ([`Metrics::tool`]), then counts with relaxed atomics.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 use idem_journal::audit::EventKind;
@@ -226,6 +226,9 @@ pub(crate) struct ToolMetrics {
     escalations_settled: AtomicU64,
     in_flight: AtomicI64,
     duration: Histogram,
+    /// The runtime has recorded a call of this tool in `Shared::called`
+    /// (so that later calls need not take its lock to find it there).
+    pub(crate) recorded: AtomicBool,
 }
 
 impl ToolMetrics {
@@ -243,6 +246,7 @@ impl ToolMetrics {
             escalations_settled: AtomicU64::new(0),
             in_flight: AtomicI64::new(0),
             duration: Histogram::new(&CALL_BUCKETS),
+            recorded: AtomicBool::new(false),
         }
     }
 

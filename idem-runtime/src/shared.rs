@@ -91,17 +91,24 @@ pub(crate) struct Called {
 }
 
 impl Shared {
-    /// Remembers a tool that made a call (one lookup per call; the common
-    /// case is a hit).
+    /// Remembers a tool that made a call: the first call of each name is
+    /// recorded, and marked in the name's metrics slot (which the call has
+    /// at hand), so later calls of the name take no lock.
     pub(crate) fn saw(
         &self,
+        slot: &crate::metrics::ToolMetrics,
         tool: &'static ToolDescriptor,
         check_landed: Option<class::LandedCheck>,
     ) {
+        use std::sync::atomic::Ordering::{Acquire, Release};
+        if slot.recorded.load(Acquire) {
+            return;
+        }
         let mut called = self.called.lock().unwrap_or_else(|p| p.into_inner());
         if !called.contains_key(tool.name) {
             called.insert(tool.name, Called { tool, check_landed });
         }
+        slot.recorded.store(true, Release);
     }
 
     /// How to check a `Landed` result for the tool `name` of `class`: its
