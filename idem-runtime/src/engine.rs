@@ -440,7 +440,7 @@ where
         }
     }
 
-    async fn read(&self) -> Result<Option<Found>, Error> {
+    async fn read(&self) -> Result<Option<Box<Found>>, Error> {
         let loaded = self
             .shared
             .journal
@@ -451,17 +451,17 @@ where
 
     /// A record as the machine takes it in. A record that cannot be
     /// decoded is an error, never "absent".
-    fn decoded(&self, loaded: Loaded) -> Result<Found, Error> {
+    fn decoded(&self, loaded: Loaded) -> Result<Box<Found>, Error> {
         let rec = OpRecord::decode(
             &loaded.body,
             self.shared.journal.location(),
             self.key.digest(),
         )?;
-        Ok(Found {
+        Ok(Box::new(Found {
             rec,
             version: loaded.version,
             claim: loaded.claim,
-        })
+        }))
     }
 
     fn drafts<'k>(&'k self, key: &'k IdemKey, events: Vec<EventKind>) -> Vec<Draft<'k>> {

@@ -174,8 +174,10 @@ pub enum Input {
     Changed,
     /// A wait ran out.
     TimedOut,
-    /// [`Action::Read`] (or a revert's read): the record, if any.
-    Found(Option<Found>),
+    /// [`Action::Read`] (or a revert's read): the record, if any. Boxed:
+    /// every input is moved several times on its way into the machine,
+    /// and a record would make each of them half a kilobyte.
+    Found(Option<Box<Found>>),
     /// A read failed, or found bytes that do not decode.
     ReadFailed,
     /// A write happened.
@@ -189,7 +191,7 @@ pub enum Input {
     },
     /// A write's condition failed; nothing was written. For a claim of an
     /// unread key: the record it found (`None`: gone again).
-    Conflict(Option<Found>),
+    Conflict(Option<Box<Found>>),
     /// A write failed (it may have happened all the same).
     WriteFailed,
     /// [`Action::Revert`] removal: whether it removed the record.
@@ -426,7 +428,7 @@ struct Op {
     /// The next write is a claim of a key never read.
     unread: bool,
     /// What that claim found.
-    claim_found: Option<Found>,
+    claim_found: Option<Box<Found>>,
 }
 
 /// The last failure of a run.
@@ -578,7 +580,7 @@ pub struct Call {
     /// This pass claims without reading.
     pass_unread: bool,
     /// A record an unread claim found, for the next pass.
-    found: Option<Found>,
+    found: Option<Box<Found>>,
     /// When waiting for another call of the key gives up (ms).
     deadline: u64,
     /// When this call stops waiting for an approval (ms), once it waits.
@@ -810,12 +812,12 @@ impl Call {
 
     /// Takes in the record; a record of another tool or class is an error,
     /// never a replay.
-    fn take_in(&mut self, found: Found) -> Option<Action> {
+    fn take_in(&mut self, found: Box<Found>) -> Option<Action> {
         let Found {
             rec,
             version,
             claim,
-        } = found;
+        } = *found;
         if rec.tool != self.called.tool || rec.class != self.called.class {
             return Some(Action::ret(Outcome::Journal(Fault::ToolMismatch {
                 stored_tool: rec.tool,

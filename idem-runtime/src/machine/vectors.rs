@@ -225,7 +225,9 @@ fn drive_with(
             Action::Lead => Input::Led,
             Action::AwaitLeader { .. } => Input::TimedOut,
             Action::AwaitChange { .. } => Input::TimedOut,
-            Action::Read | Action::Revert(Revert::Read) => Input::Found(record.clone()),
+            Action::Read | Action::Revert(Revert::Read) => {
+                Input::Found(record.clone().map(Box::new))
+            }
             Action::Write(op) if faults.write.as_ref().is_some_and(|(n, _)| *n == writes) => {
                 writes += 1;
                 if faults.write_lands {

@@ -519,11 +519,13 @@ impl World {
         })
     }
 
-    fn found(&self, config: &Config) -> Option<Found> {
-        self.visible.as_ref().map(|s| Found {
-            rec: s.rec.clone(),
-            version: s.version,
-            claim: self.claim_of(s, config),
+    fn found(&self, config: &Config) -> Option<Box<Found>> {
+        self.visible.as_ref().map(|s| {
+            Box::new(Found {
+                rec: s.rec.clone(),
+                version: s.version,
+                claim: self.claim_of(s, config),
+            })
         })
     }
 
