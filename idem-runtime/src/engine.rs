@@ -175,7 +175,8 @@ where
         hooks,
         slot: None,
         leader: None,
-        began: tokio::time::Instant::now(),
+        began: None,
+        now_ms: 0,
         value: None,
         error: None,
         fault: None,
@@ -233,7 +234,10 @@ struct Driver<'a, T, E, B> {
     leader: Option<tokio::sync::watch::Receiver<Option<LeaderOutcome>>>,
     /// When the last write began: an attempt's timeout counts from the
     /// start of its INTENT's write.
-    began: tokio::time::Instant,
+    began: Option<tokio::time::Instant>,
+    /// The time the step being carried out was decided at: what the
+    /// events it writes are stamped with (read once for both).
+    now_ms: u64,
     /// The value to return (from an attempt, `verify`, the record or the
     /// cache).
     value: Option<T>,
@@ -275,22 +279,27 @@ where
         self.key.with_generation(self.machine.generation())
     }
 
-    fn env(&self, input: &Input) -> Env {
+    /// The step's time and draw; `now` when the clock was read for the
+    /// step just before, whose action took no time (it did not wait).
+    fn env(&self, input: &Input, now: Option<u64>) -> Env {
         // A retry delay is the only thing a draw is for.
         let jitter = match input {
             Input::Attempted(Attempted::Failed { .. }) => self.shared.jitter.unit(),
             _ => 0.0,
         };
         Env {
-            now: self.shared.clock.now_ms(),
+            now: now.unwrap_or_else(|| self.shared.clock.now_ms()),
             jitter,
         }
     }
 
     async fn drive(&mut self, first: Input) -> Result<T, ToolError<E>> {
         let mut input = first;
+        // The last step's time, while it is still now.
+        let mut still_now = None;
         loop {
-            let env = self.env(&input);
+            let env = self.env(&input, still_now.take());
+            self.now_ms = env.now;
             let action = self
                 .machine
                 .step(&self.policy, &self.shared.setup, env, input);
@@ -305,6 +314,16 @@ where
                     // driver was consumed here.
                     self.slot = None;
                     return result;
+                }
+                // Actions that do not wait: the next step is decided at the
+                // same time.
+                Action::Lead => {
+                    still_now = Some(env.now);
+                    self.lead()
+                }
+                Action::Decode(result) => {
+                    still_now = Some(env.now);
+                    self.decode(&result.0)
                 }
                 // Timed here, not in a function of its own: every async
                 // layer is a copy of the futures under it.
@@ -324,7 +343,6 @@ where
 
     async fn act(&mut self, action: Action) -> Input {
         match action {
-            Action::Lead => self.lead(),
             Action::AwaitLeader { until } => self.await_leader(until).await,
             Action::AwaitChange { version, until } => {
                 self.slot = None;
@@ -375,21 +393,27 @@ where
                 attempt,
                 generation,
             } => self.verify(attempt, generation).await,
-            Action::Decode(result) => match codec::decode(&result.0) {
-                Ok(v) => {
-                    self.value = Some(v);
-                    Input::Decoded(true)
-                }
-                Err(detail) => {
-                    self.undecodable = Some(detail);
-                    Input::Decoded(false)
-                }
-            },
             Action::Sleep { until } => {
                 tokio::time::sleep(self.until(until)).await;
                 Input::Slept
             }
-            Action::Return { .. } => unreachable!("returns are finished by drive"),
+            Action::Lead | Action::Decode(_) | Action::Return { .. } => {
+                unreachable!("carried out by drive, without waiting")
+            }
+        }
+    }
+
+    /// Decodes the committed result for the caller.
+    fn decode(&mut self, result: &[u8]) -> Input {
+        match codec::decode(result) {
+            Ok(v) => {
+                self.value = Some(v);
+                Input::Decoded(true)
+            }
+            Err(detail) => {
+                self.undecodable = Some(detail);
+                Input::Decoded(false)
+            }
         }
     }
 
@@ -464,10 +488,13 @@ where
         }))
     }
 
+    /// The events of one unit, stamped with the time of the step that
+    /// decided them.
     fn drafts<'k>(&'k self, key: &'k IdemKey, events: Vec<EventKind>) -> Vec<Draft<'k>> {
+        let at_ms = self.now_ms;
         events
             .into_iter()
-            .map(|kind| draft(self.ctx, self.tool.name, Some(key), kind))
+            .map(|kind| draft_at(self.ctx, self.tool.name, Some(key), kind, at_ms))
             .collect()
     }
 
@@ -491,9 +518,12 @@ where
 
     /// Takes the op boxed, as the machine gave it: the future holds a
     /// pointer, not the record.
-    async fn write(&mut self, op: Box<WriteOp>) -> Input {
-        self.began = tokio::time::Instant::now();
-        match self.write_op(&op).await {
+    async fn write(&mut self, mut op: Box<WriteOp>) -> Input {
+        let began = tokio::time::Instant::now();
+        self.began = Some(began);
+        // The events go to the drafts; the op is not read for them again.
+        let events = std::mem::take(&mut op.events);
+        match self.write_op(&op, events, began).await {
             Ok(input) => input,
             Err(e) => {
                 self.fault = Some(e);
@@ -502,11 +532,16 @@ where
         }
     }
 
-    async fn write_op(&self, op: &WriteOp) -> Result<Input, Error> {
+    async fn write_op(
+        &self,
+        op: &WriteOp,
+        events: Vec<EventKind>,
+        began: tokio::time::Instant,
+    ) -> Result<Input, Error> {
         let body = record::encode(Kind::Op, &op.rec)?;
         // The events' key: the record's generation.
         let key = self.key.with_generation(op.rec.generation);
-        let drafts = self.drafts(&key, op.events.clone());
+        let drafts = self.drafts(&key, events);
         let digest = *self.key.digest();
         let wrote = unit::write(self.shared, self.unit(op, &digest, &body), drafts, true).await?;
         Ok(match wrote {
@@ -521,7 +556,7 @@ where
                 Input::Written {
                     version,
                     epoch,
-                    took_ms: self.began.elapsed().as_millis() as u64,
+                    took_ms: began.elapsed().as_millis() as u64,
                 }
             }
             Wrote::Conflict(found) => Input::Conflict(found.map(|l| self.decoded(l)).transpose()?),
@@ -569,7 +604,7 @@ where
             return false;
         }
         let key = self.key();
-        let draft = draft(self.ctx, self.tool.name, Some(&key), kind.clone());
+        let draft = draft_at(self.ctx, self.tool.name, Some(&key), kind.clone(), self.now_ms);
         match self.shared.audit.hold(&self.shared.journal, draft) {
             Ok(held) => held,
             Err(e) => {
@@ -585,7 +620,7 @@ where
             .audit
             .emit(
                 &*self.shared.journal,
-                draft(self.ctx, self.tool.name, Some(&key), kind),
+                draft_at(self.ctx, self.tool.name, Some(&key), kind, self.now_ms),
                 Durability::Eventual,
             )
             .await
@@ -596,7 +631,9 @@ where
         let key = self.key.with_generation(generation);
         let call_ctx = self.ctx.for_call(Some(&key), attempt);
         let span = self.traced.attempt(attempt);
-        let fut = run_attempt_from(self.tool, self.began, self.body.attempt(call_ctx.clone()));
+        // An attempt follows its INTENT's write, so `began` is set.
+        let began = self.began.unwrap_or_else(tokio::time::Instant::now);
+        let fut = run_attempt_from(self.tool, began, self.body.attempt(call_ctx.clone()));
         let outcome = if span.is_disabled() {
             fut.await
         } else {
@@ -994,8 +1031,18 @@ struct TimedOut {
 }
 
 fn draft<'a>(ctx: &'a Ctx, tool: &'a str, key: Option<&'a IdemKey>, kind: EventKind) -> Draft<'a> {
+    draft_at(ctx, tool, key, kind, ctx.shared().clock.now_ms())
+}
+
+fn draft_at<'a>(
+    ctx: &'a Ctx,
+    tool: &'a str,
+    key: Option<&'a IdemKey>,
+    kind: EventKind,
+    at_ms: u64,
+) -> Draft<'a> {
     Draft {
-        at_ms: ctx.shared().clock.now_ms(),
+        at_ms,
         tool,
         key,
         root_run: ctx.root_run(),
