@@ -604,7 +604,13 @@ where
             return false;
         }
         let key = self.key();
-        let draft = draft_at(self.ctx, self.tool.name, Some(&key), kind.clone(), self.now_ms);
+        let draft = draft_at(
+            self.ctx,
+            self.tool.name,
+            Some(&key),
+            kind.clone(),
+            self.now_ms,
+        );
         match self.shared.audit.hold(&self.shared.journal, draft) {
             Ok(held) => held,
             Err(e) => {

@@ -251,7 +251,10 @@ mod tests {
         }
         drop(slot);
         for rx in [&mut first, &mut second] {
-            assert!(rx.changed().await.is_err(), "both woken by the leader leaving");
+            assert!(
+                rx.changed().await.is_err(),
+                "both woken by the leader leaving"
+            );
         }
         assert!(table.lock().is_empty());
     }

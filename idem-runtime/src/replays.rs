@@ -164,7 +164,11 @@ mod tests {
             let bytes = Bytes::new(&stored);
             assert_eq!(&*bytes, &stored[..], "{len}");
             assert_eq!(&*bytes.clone(), &stored[..], "{len}");
-            assert_eq!(matches!(bytes, Bytes::Inline { .. }), len <= INLINE, "{len}");
+            assert_eq!(
+                matches!(bytes, Bytes::Inline { .. }),
+                len <= INLINE,
+                "{len}"
+            );
         }
     }
 }
