@@ -36,8 +36,6 @@ use crate::table::{Damage, ReadError};
 use idem_journal::journal::EventRows;
 use idem_journal::record::crc32;
 
-/// The file name prefix.
-pub(super) const PREFIX: &str = "idem-audit.";
 const MAGIC: &[u8; 8] = b"IDEMAUD1";
 const FOOTER_MAGIC: &[u8; 8] = b"IDEMAUDE";
 pub(super) const HEADER_LEN: usize = 20;
@@ -55,15 +53,12 @@ const LEVEL: u8 = 1;
 
 /// The file of audit file `id`.
 pub(super) fn path(dir: &Path, id: u64) -> PathBuf {
-    dir.join(format!("{PREFIX}{id:016x}"))
+    crate::files::numbered_path(dir, crate::files::AUDIT_PREFIX, id)
 }
 
 /// The id an audit file name names.
 pub(super) fn id_of(name: &str) -> Option<u64> {
-    let hex = name.strip_prefix(PREFIX)?;
-    (hex.len() == 16)
-        .then(|| u64::from_str_radix(hex, 16).ok())
-        .flatten()
+    crate::files::numbered(name, crate::files::AUDIT_PREFIX)
 }
 
 fn damaged<T>(offset: u64, detail: impl Into<String>) -> Result<T, ReadError> {

@@ -8,7 +8,7 @@
 //! and the directory fsynced.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -183,8 +183,27 @@ pub(super) fn is_own(name: &str) -> bool {
     ]
     .iter()
     .any(|f| name == *f || name.strip_suffix(".tmp") == Some(f))
-        || crate::table::id_of(name).is_some()
-        || crate::audit::id_of(name).is_some()
+        || numbered(name, TABLE_PREFIX).is_some()
+        || numbered(name, AUDIT_PREFIX).is_some()
+}
+
+/// The name prefix of table files (`table.rs`): the prefix, then the
+/// table's id in 16 hex digits.
+pub(super) const TABLE_PREFIX: &str = "idem-table.";
+/// The name prefix of audit files (`audit.rs`), named as tables are.
+pub(super) const AUDIT_PREFIX: &str = "idem-audit.";
+
+/// The file numbered `id` under `prefix`.
+pub(super) fn numbered_path(dir: &Path, prefix: &str, id: u64) -> PathBuf {
+    dir.join(format!("{prefix}{id:016x}"))
+}
+
+/// The number a file name under `prefix` carries, if it is one.
+pub(super) fn numbered(name: &str, prefix: &str) -> Option<u64> {
+    let hex = name.strip_prefix(prefix)?;
+    (hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| u64::from_str_radix(hex, 16).ok())
+        .flatten()
 }
 
 /// Files sled 0.34 keeps in its directory.

@@ -40,8 +40,6 @@ use std::path::{Path, PathBuf};
 
 use idem_journal::record::crc32;
 
-/// The file name prefix.
-pub(super) const PREFIX: &str = "idem-table.";
 const MAGIC: &[u8; 8] = b"IDEMTBL1";
 const FOOTER_MAGIC: &[u8; 8] = b"IDEMTBLE";
 pub(super) const HEADER_LEN: usize = 20;
@@ -78,15 +76,12 @@ pub(super) fn key(space: u8, digest: &[u8; 32]) -> Key {
 
 /// The file of table `id`.
 pub(super) fn path(dir: &Path, id: u64) -> PathBuf {
-    dir.join(format!("{PREFIX}{id:016x}"))
+    crate::files::numbered_path(dir, crate::files::TABLE_PREFIX, id)
 }
 
 /// The id a table file name names.
 pub(super) fn id_of(name: &str) -> Option<u64> {
-    let hex = name.strip_prefix(PREFIX)?;
-    (hex.len() == 16)
-        .then(|| u64::from_str_radix(hex, 16).ok())
-        .flatten()
+    crate::files::numbered(name, crate::files::TABLE_PREFIX)
 }
 
 /// Why a table cannot be read: where, and what is wrong.
