@@ -217,8 +217,18 @@ pub(super) fn is_sled_file(name: &str) -> bool {
 /// reads from it decides what it answers, so a planted file is refused
 /// with [`std::io::ErrorKind::PermissionDenied`] and says why.
 pub(super) fn open_own(path: &Path) -> std::io::Result<fs::File> {
+    open_checked(path, false)
+}
+
+/// [`open_own`], for writing as well (a log segment cut after its last
+/// unit).
+pub(super) fn open_own_rw(path: &Path) -> std::io::Result<fs::File> {
+    open_checked(path, true)
+}
+
+fn open_checked(path: &Path, write: bool) -> std::io::Result<fs::File> {
     let mut options = fs::OpenOptions::new();
-    options.read(true);
+    options.read(true).write(write);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;

@@ -271,8 +271,9 @@ impl SledJournal {
                 })
             }
         };
-        let units = read_log(&path, &segments, manifest.gen, manifest.next_lsn)?;
+        let (units, tail) = read_log(&path, &segments, manifest.gen, manifest.next_lsn)?;
         check_log_end(&path, &segments, &units, manifest.gen, manifest.next_lsn)?;
+        trim_tail(tail, &location)?;
         let last_gen = segments
             .last()
             .map_or(manifest.gen, |s| s.0)
@@ -398,14 +399,22 @@ fn tree_of(space: Space) -> Tree {
     }
 }
 
+/// The newest log segment and where its units end, when bytes follow
+/// them (see [`read_log`]).
+type Tail = Option<(PathBuf, u64)>;
+
 /// Reads the segments after generation `gen` (whose first unit is
-/// `next_lsn`), under the damage rules.
+/// `next_lsn`), under the damage rules. Also returns the newest segment
+/// and where its units end, when bytes follow them (a torn tail, or the
+/// zeros it was prepared with): [`trim_tail`] cuts them once the log's end
+/// is checked.
 fn read_log(
     path: &Path,
     segments: &[(u64, PathBuf)],
     gen: u64,
     next_lsn: u64,
-) -> Result<Vec<Unit>, Error> {
+) -> Result<(Vec<Unit>, Tail), Error> {
+    let mut tail = None;
     let mut units = Vec::new();
     let mut expected_gen = gen + 1;
     let mut min_lsn = next_lsn;
@@ -446,12 +455,33 @@ fn read_log(
                 "dropping the torn tail of the newest log segment (never acknowledged)"
             );
         }
+        if seg.valid_len < bytes.len() {
+            tail = Some((file.clone(), seg.valid_len as u64));
+        }
         if let Some(u) = seg.units.last() {
             min_lsn = u.lsn + 1;
         }
         units.extend(seg.units);
     }
-    Ok(units)
+    Ok((units, tail))
+}
+
+/// Cuts the newest segment after its last unit, durably, before the open
+/// starts the next segment: a segment that is not the newest must end at
+/// its last unit (what follows would read as damage there).
+fn trim_tail(tail: Tail, location: &str) -> Result<(), Error> {
+    let Some((file, end)) = tail else {
+        return Ok(());
+    };
+    files::open_own_rw(&file)
+        .and_then(|f| wal::trim_segment(&f, end))
+        .map_err(|e| {
+            Error::storage(
+                "cut the log after its last unit",
+                &format!("{location} ({})", file.display()),
+                e,
+            )
+        })
 }
 
 /// A log that ends before the end the last clean close recorded lost units
@@ -661,8 +691,9 @@ fn open_legacy(
             ),
         });
     };
-    let units = read_log(path, &segments, checkpoint.gen, checkpoint.next_lsn)?;
+    let (units, tail) = read_log(path, &segments, checkpoint.gen, checkpoint.next_lsn)?;
     check_log_end(path, &segments, &units, checkpoint.gen, checkpoint.next_lsn)?;
+    trim_tail(tail, location)?;
     let last_gen = segments
         .last()
         .map_or(checkpoint.gen, |s| s.0)
@@ -1588,7 +1619,9 @@ mod tests {
         };
         let cut_newest_in_half = |dir: &Path| {
             let (_, newest) = wal::segments(dir).unwrap().pop().unwrap();
-            let len = fs::metadata(&newest).unwrap().len();
+            // Half of its units (zeros follow them).
+            let bytes = fs::read(&newest).unwrap();
+            let len = bytes.iter().rposition(|&b| b != 0).unwrap() as u64 + 1;
             fs::OpenOptions::new()
                 .write(true)
                 .open(&newest)

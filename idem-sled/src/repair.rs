@@ -566,7 +566,19 @@ mod tests {
         // What the image covers is no longer in the log.
         let segments = super::wal::segments(dir.path()).unwrap();
         assert!(segments.iter().all(|(g, _)| *g > gen), "{segments:?}");
-        for entry in std::fs::read_dir(dir.path()).unwrap().flatten() {
+        remove_sled_files(dir.path());
+        let j = SledJournal::open_with(dir.path(), &options()).unwrap();
+        assert_holds(&j, &truth);
+        drop(j);
+        // Found intact this time: opened without another repair.
+        let j = SledJournal::open_with(dir.path(), &options()).unwrap();
+        assert_holds(&j, &truth);
+        drop(j);
+        assert_eq!(set_aside(dir.path()).len(), 1);
+    }
+
+    fn remove_sled_files(dir: &Path) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if crate::files::is_sled_file(&name) {
                 if entry.path().is_dir() {
@@ -576,14 +588,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn prepared_segments_end_at_their_last_unit_once_older_and_still_repair_sled() {
+        // Segments are extended with zeros ahead of their units. Rotations
+        // (every 32 KiB here) and the open after a crash cut them, so that
+        // the kept log, read as older segments, repairs sled.
+        let dir = tempfile::TempDir::new().unwrap();
+        let mut truth = Truth::default();
+        let j = SledJournal::open_with(dir.path(), &options()).unwrap();
+        churn(&j, &mut truth, 1, 400);
+        // A crash: no close checkpoint, no log end recorded.
+        j.store()
+            .no_close_checkpoint
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(j);
+        std::fs::remove_file(dir.path().join(crate::files::LOG_END)).unwrap();
+        let segments = super::wal::segments(dir.path()).unwrap();
+        let (gen, crashed) = segments.last().unwrap().clone();
+        let len = std::fs::metadata(&crashed).unwrap().len();
+        assert!(
+            len > super::wal::PREPARE,
+            "the crashed segment was prepared"
+        );
         let j = SledJournal::open_with(dir.path(), &options()).unwrap();
         assert_holds(&j, &truth);
         drop(j);
-        // Found intact this time: opened without another repair.
+        for (g, file) in super::wal::segments(dir.path()).unwrap() {
+            let bytes = std::fs::read(&file).unwrap();
+            if g <= gen {
+                // Older now: read as such, whole.
+                let first = bytes
+                    .get(28..36)
+                    .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()));
+                let seg = super::wal::read_segment(&bytes, g, false, first)
+                    .unwrap_or_else(|d| panic!("segment {g}: {} at {}", d.detail, d.offset));
+                assert_eq!(seg.valid_len, bytes.len(), "segment {g}");
+            }
+        }
+        remove_sled_files(dir.path());
         let j = SledJournal::open_with(dir.path(), &options()).unwrap();
         assert_holds(&j, &truth);
-        drop(j);
-        assert_eq!(set_aside(dir.path()).len(), 1);
     }
 
     #[test]

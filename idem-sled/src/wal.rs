@@ -12,7 +12,9 @@
 //! generation as u64 LE, crc32 of those 16 bytes as u32 LE), then units
 //! `[body length: u32 LE][crc32(body): u32 LE][body]`, body =
 //! `[lsn: u64][digest delta: u64][count delta: i64][entries: u32][entries]`,
-//! all little-endian. An entry is `[op: u8]` then
+//! all little-endian; in the newest segment, zero bytes after the last unit
+//! (the segment is extended ahead of its units, so that an fdatasync writes
+//! data only: see `write_and_sync`). An entry is `[op: u8]` then
 //! - put: `[tree: u8][key len: u32][key][value len: u32][value]`
 //! - remove: `[tree: u8][key len: u32][key]`
 //! - event: `[seq: u64][len: u32][bytes]`
@@ -188,7 +190,9 @@ pub(super) struct Segment {
     pub units: Vec<Unit>,
     /// Where the valid units end.
     pub valid_len: usize,
-    /// A torn tail was dropped (newest segment only): its length.
+    /// A torn tail was dropped (newest segment only): its length. Zeros
+    /// after the last unit are not a torn tail: the valid units end where
+    /// they begin.
     pub torn: usize,
 }
 
@@ -330,6 +334,12 @@ pub(super) fn read_segment(
             at += len;
             continue;
         }
+        // Zeros to the end: the segment's preparation (`write_and_sync`),
+        // never written over, in the newest segment only (a rotation trims
+        // them, and so does an open).
+        if newest && bytes[at..].iter().all(|&b| b == 0) {
+            break;
+        }
         // Not the next unit here. If a later valid unit follows, this is
         // damage in the middle of the log; if none does, it is a torn tail.
         // A unit at offset `o` would follow at most (o - at) / MIN_UNIT
@@ -391,9 +401,11 @@ pub(super) fn segments(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
 /// Creates segment `gen` with its header, durably (file and directory
 /// entry), before anything is logged to it.
 pub(super) fn create_segment(dir: &Path, gen: u64) -> io::Result<File> {
+    // Not in append mode: units are written at their offset, inside the
+    // zeros the segment is extended by (see `write_and_sync`).
     let mut file = private_file()
         .create_new(true)
-        .append(true)
+        .write(true)
         .open(segment_path(dir, gen))?;
     file.write_all(&header(gen))?;
     file.sync_all()?;
@@ -416,11 +428,47 @@ pub(super) fn remove_up_to(dir: &Path, gen: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Appends `buf` and makes it durable.
-pub(super) fn write_and_sync(file: &File, buf: &[u8]) -> io::Result<()> {
-    let mut f = file;
-    f.write_all(buf)?;
-    file.sync_data()
+/// Zero bytes a segment is extended by ahead of its units.
+pub(super) const PREPARE: u64 = 1 << 20;
+
+/// Writes `buf` at `offset` of a segment `prepared` bytes long and makes it
+/// durable; returns the segment's length after.
+///
+/// An fdatasync of an append must also write the inode (the file's size
+/// changed), a second device write after the data's: on ext4 about half as
+/// long again as one of data alone. So a segment is extended with real zero
+/// bytes, [`PREPARE`] at a time, in the same write as the units that reach
+/// its end (one fdatasync covers both), and every other round writes inside
+/// the file: data only. The zeros after the last unit read as the end of
+/// the log (see [`read_segment`]); a rotation trims them ([`trim_segment`]).
+pub(super) fn write_and_sync(
+    file: &File,
+    buf: &[u8],
+    offset: u64,
+    prepared: u64,
+) -> io::Result<u64> {
+    use std::os::unix::fs::FileExt as _;
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    file.write_all_at(buf, offset)?;
+    let end = offset + buf.len() as u64;
+    let mut len = prepared.max(end);
+    if end > prepared {
+        let target = end + PREPARE;
+        while len < target {
+            let n = (target - len).min(ZEROS.len() as u64) as usize;
+            file.write_all_at(&ZEROS[..n], len)?;
+            len += n as u64;
+        }
+    }
+    file.sync_data()?;
+    Ok(len)
+}
+
+/// Cuts a segment's zeros after its last unit (at `end`), durably: a
+/// segment that is not the newest ends at its last unit.
+pub(super) fn trim_segment(file: &File, end: u64) -> io::Result<()> {
+    file.set_len(end)?;
+    file.sync_all()
 }
 
 #[cfg(test)]
@@ -574,11 +622,48 @@ mod tests {
     }
 
     #[test]
-    fn zeros_after_the_last_unit_are_a_torn_tail() {
+    fn zeros_after_the_last_unit_end_the_newest_segment_only() {
         let (mut bytes, _) = segment(1, &[1, 2]);
+        let end = bytes.len();
         bytes.extend([0u8; 300]);
         let seg = read_segment(&bytes, 1, true, 1).unwrap();
-        assert_eq!((seg.units.len(), seg.torn), (2, 300));
+        assert_eq!((seg.units.len(), seg.valid_len, seg.torn), (2, end, 0));
+        // An older segment was trimmed when the next one began.
+        assert_eq!(read_segment(&bytes, 1, false, 1).unwrap_err().offset, end);
+        // A unit cut short before the zeros is a torn tail.
+        let (cut, _) = segment(1, &[1, 2, 3]);
+        let mut bytes = cut[..cut.len() - 3].to_vec();
+        bytes.extend([0u8; 300]);
+        let seg = read_segment(&bytes, 1, true, 1).unwrap();
+        assert_eq!((seg.units.len(), seg.valid_len), (2, end));
+        assert_eq!(seg.torn, bytes.len() - end);
+    }
+
+    #[test]
+    fn a_prepared_segment_is_written_in_place() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let file = create_segment(dir.path(), 1).unwrap();
+        let (bytes, _) = segment(1, &[1, 2]);
+        let units = &bytes[HEADER_LEN..];
+        let mut at = HEADER_LEN as u64;
+        let mut len = at;
+        // Past the end: extended by PREPARE zeros in the same write.
+        len = write_and_sync(&file, &units[..40], at, len).unwrap();
+        at += 40;
+        assert_eq!(len, at + PREPARE);
+        // Inside: the length stays.
+        assert_eq!(write_and_sync(&file, &units[40..], at, len).unwrap(), len);
+        let on_disk = fs::read(segment_path(dir.path(), 1)).unwrap();
+        assert_eq!(on_disk.len() as u64, len);
+        let seg = read_segment(&on_disk, 1, true, 1).unwrap();
+        assert_eq!(
+            (seg.units.len(), seg.valid_len, seg.torn),
+            (2, bytes.len(), 0)
+        );
+        trim_segment(&file, bytes.len() as u64).unwrap();
+        let on_disk = fs::read(segment_path(dir.path(), 1)).unwrap();
+        assert_eq!(on_disk, bytes);
+        assert_eq!(read_segment(&on_disk, 1, false, 1).unwrap().units.len(), 2);
     }
 
     #[test]

@@ -101,7 +101,15 @@ pub fn wal(data: &[u8]) -> Outcome {
         let again = wal::read_segment(&longer, gen, true, first_lsn)
             .unwrap_or_else(|d| panic!("{byte:#x} fill is damage at {}: {}", d.offset, d.detail));
         assert_eq!(again.units, seg.units, "{byte:#x} fill changed the units");
-        assert_eq!(again.torn, fill);
+        // Zeros are where a segment was prepared, not a torn tail.
+        let torn = if byte == 0 { 0 } else { fill };
+        assert_eq!((again.valid_len, again.torn), (prefix.len(), torn));
+        if byte == 0 {
+            assert!(
+                wal::read_segment(&longer, gen, false, first_lsn).is_err(),
+                "zeros after an older segment's last unit must be damage"
+            );
+        }
     }
     let longer = [prefix, garbage].concat();
     match wal::read_segment(&longer, gen, true, first_lsn) {
@@ -579,13 +587,21 @@ fn make_snapshot() -> Snapshot {
     // recorded): the log end is still the first close's, so a cut of the
     // newest segment is a torn tail, as a crash leaves it.
     std::fs::write(dir.join(crate::files::LOG_END), &first_end).expect("restore the log end");
-    let files = read_files(&dir);
+    let mut files = read_files(&dir);
     let _ = std::fs::remove_dir_all(&dir);
-    let (newest, segment) = files
-        .iter()
-        .filter(|(name, _)| wal::is_segment(name))
-        .max_by(|a, b| a.0.cmp(&b.0))
+    let newest_at = (0..files.len())
+        .filter(|&i| wal::is_segment(&files[i].0))
+        .max_by(|&a, &b| files[a].0.cmp(&files[b].0))
         .expect("the journal has a log segment");
+    // The newest segment ends in the zeros it was prepared with (a
+    // mebibyte): 64 of them keep the case, and damage lands in the units.
+    let units_end = files[newest_at]
+        .1
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |p| p + 1);
+    files[newest_at].1.truncate(units_end + 64);
+    let (newest, segment) = &files[newest_at];
     let gen = u64::from_str_radix(&newest["idem-wal.".len()..], 16).expect("a segment name");
     // Its first unit's lsn, read from the frame (length, crc, then the lsn).
     let first_lsn = segment
@@ -722,9 +738,13 @@ pub(crate) fn journal_files_seeds() -> Vec<(String, Vec<u8>)> {
             .position(|(n, _)| n == name)
             .expect("the journal has the file") as u8
     };
-    // The last byte of the log: a torn tail.
+    // The last byte of the log's last unit: a torn tail.
     let newest = index(&snap.newest);
-    let len = snap.files[usize::from(newest)].1.len() as u16;
+    let len = snap.files[usize::from(newest)]
+        .1
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |p| p + 1) as u16;
     let mut torn = vec![newest, 1];
     torn.extend((len - 1).to_le_bytes());
     vec![("undamaged".into(), Vec::new()), ("torn-log".into(), torn)]
