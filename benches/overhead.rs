@@ -5,7 +5,9 @@
 //!
 //! - fdatasync p50 of a small append (the floor's unit), measured in blocks
 //!   interleaved with blocks of fresh calls, so that the disk's drift over
-//!   the run weighs on both alike;
+//!   the run weighs on both alike; and of a small write inside a file
+//!   written with zeros first (no size change: the fdatasync writes data
+//!   only, as the journal's log segments are written), for reference;
 //! - a fresh journaled call of a no-op provider tool (target: p50 within
 //!   1.5 × two fdatasyncs), and the same tool with `commit = "eventual"`
 //!   (target: p50 within 1.2 × one fdatasync: its COMMITTED record rides
@@ -103,13 +105,19 @@ fn line(name: &str, s: &Summary) {
 
 /// fdatasyncs of 128-byte appends to a probe file in the journal's
 /// directory: the floor, sampled a block at a time between the calls.
+/// With `in_place`, the writes go inside a file written with zeros first
+/// (the file's size does not change, so the fdatasync writes data only: the
+/// journal's log segments are written that way).
 struct Floor {
     file: std::fs::File,
     path: PathBuf,
     samples: Vec<Duration>,
+    in_place: Option<u64>,
 }
 
 impl Floor {
+    const IN_PLACE_BYTES: u64 = 8 << 20;
+
     fn new(dir: &Path) -> Floor {
         let path = dir.join("fdatasync-probe");
         let file = std::fs::OpenOptions::new()
@@ -121,12 +129,39 @@ impl Floor {
             file,
             path,
             samples: Vec::new(),
+            in_place: None,
+        }
+    }
+
+    fn in_place(dir: &Path) -> Floor {
+        let path = dir.join("fdatasync-probe-in-place");
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&path)
+            .expect("probe file");
+        file.write_all(&vec![0; Self::IN_PLACE_BYTES as usize])
+            .expect("zeros");
+        file.sync_all().expect("fsync");
+        Floor {
+            file,
+            path,
+            samples: Vec::new(),
+            in_place: Some(0),
         }
     }
 
     fn block(&mut self, n: usize) {
+        use std::os::unix::fs::FileExt as _;
         for _ in 0..n {
-            self.file.write_all(&[0xA5; 128]).expect("append");
+            match &mut self.in_place {
+                Some(at) => {
+                    self.file.write_all_at(&[0xA5; 128], *at).expect("write");
+                    *at = (*at + 128) % Self::IN_PLACE_BYTES;
+                }
+                None => self.file.write_all(&[0xA5; 128]).expect("append"),
+            }
             let t = Instant::now();
             self.file.sync_data().expect("fdatasync");
             self.samples.push(t.elapsed());
@@ -292,6 +327,7 @@ fn main() {
     println!();
 
     let mut floor = Floor::new(tmp.path());
+    let mut in_place = Floor::in_place(tmp.path());
     let clock = ManualClock::new(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -321,6 +357,7 @@ fn main() {
         let mut eventual_samples = Vec::with_capacity(seq as usize);
         for b in 0..20u64 {
             floor.block(100);
+            in_place.block(50);
             let keys = b * 150..(b + 1) * 150;
             fresh_samples.extend(fresh_calls(&ctx, keys.clone()).await);
             committed.add(keys);
@@ -329,6 +366,8 @@ fn main() {
         }
         let floor_summary = summarize(std::mem::take(&mut floor.samples));
         line("fdatasync, 128-byte append (the floor)", &floor_summary);
+        let in_place_summary = summarize(std::mem::take(&mut in_place.samples));
+        line("fdatasync, 128-byte write in place", &in_place_summary);
         let fresh = summarize(fresh_samples);
         line("fresh provider call (INTENT + COMMIT)", &fresh);
         let eventual = summarize(eventual_samples);
@@ -410,6 +449,20 @@ fn main() {
             us(eventual.p50) / us(floor_summary.p50),
             us(eventual.p50),
             us(floor_summary.p50)
+        );
+        // The log's own fsyncs are of writes in place: against those, what
+        // idem adds to one (and to two) is plain.
+        println!(
+            "  fresh eventual p50 / in-place fdatasync  {:>6.2}   []         ({:.1} us / {:.1} us)",
+            us(eventual.p50) / us(in_place_summary.p50),
+            us(eventual.p50),
+            us(in_place_summary.p50)
+        );
+        println!(
+            "  fresh p50 / (2 x in-place fdatasync)     {:>6.2}   []         ({:.1} us / {:.1} us)",
+            us(fresh.p50) / (2.0 * us(in_place_summary.p50)),
+            us(fresh.p50),
+            2.0 * us(in_place_summary.p50)
         );
         println!(
             "  replay p50                               {:>6.2} us [< 20 us]",
