@@ -72,10 +72,15 @@ pub fn wal(data: &[u8]) -> Outcome {
     let Ok(seg) = wal::read_segment(&bytes, gen, newest, first_lsn) else {
         return Outcome::Rejected;
     };
-    assert_eq!(
-        seg.valid_len + seg.torn,
-        bytes.len(),
-        "prefix + tail != segment"
+    // The valid units, then a torn tail or (newest segment only) the zeros
+    // it was prepared with.
+    let rest = bytes
+        .len()
+        .checked_sub(seg.valid_len + seg.torn)
+        .expect("prefix + tail longer than the segment");
+    assert!(
+        rest == 0 || (newest && seg.torn == 0 && bytes[seg.valid_len..].iter().all(|&b| b == 0)),
+        "prefix + tail != segment, and what is left is not the newest segment's zeros"
     );
     assert!(
         newest || seg.torn == 0,
