@@ -456,7 +456,11 @@ pub(super) fn write_and_sync(
         let target = end + PREPARE;
         while len < target {
             let n = (target - len).min(ZEROS.len() as u64) as usize;
-            file.write_all_at(&ZEROS[..n], len)?;
+            // Preparing only saves time: on a disk too full for the zeros,
+            // the units go on as appends until they no longer fit either.
+            if file.write_all_at(&ZEROS[..n], len).is_err() {
+                break;
+            }
             len += n as u64;
         }
     }
