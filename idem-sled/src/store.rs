@@ -204,6 +204,9 @@ pub(super) struct Store {
     /// crash (or a failed last checkpoint) does.
     #[cfg(any(test, feature = "fuzzing"))]
     pub(super) no_close_checkpoint: AtomicBool,
+    /// Rounds a leader wrote on its own thread (tests).
+    #[cfg(test)]
+    led: std::sync::atomic::AtomicU64,
 }
 
 fn digest_of(key: &[u8]) -> Option<Digest> {
@@ -295,6 +298,8 @@ impl Store {
             panic_in_checkpoint: AtomicBool::new(false),
             #[cfg(any(test, feature = "fuzzing"))]
             no_close_checkpoint: AtomicBool::new(false),
+            #[cfg(test)]
+            led: std::sync::atomic::AtomicU64::new(0),
         });
         // Tables an earlier run left unmerged.
         store.maybe_merge();
@@ -885,8 +890,8 @@ impl Store {
     /// Waits until everything logged so far is durable.
     pub(super) async fn barrier(self: &Arc<Self>) -> Result<(), Error> {
         let (tx, rx) = oneshot::channel();
-        if self.enqueue(Waiter::Async(tx)) {
-            self.lead();
+        if let Some(singles) = self.enqueue(Waiter::Async(tx)) {
+            self.lead(singles);
         }
         match rx.await {
             Ok(Ok(())) => Ok(()),
@@ -905,7 +910,7 @@ impl Store {
 
     pub(super) fn barrier_blocking(self: &Arc<Self>) -> Result<(), Error> {
         let (tx, rx) = std::sync::mpsc::channel();
-        if self.enqueue(Waiter::Blocking(tx)) {
+        if self.enqueue(Waiter::Blocking(tx)).is_some() {
             self.clone().flush_loop();
         }
         match rx.recv() {
@@ -947,12 +952,13 @@ impl Store {
         });
     }
 
-    /// Queues `waiter` for the next barrier. Returns true if the caller must
-    /// start the flusher.
-    fn enqueue(&self, waiter: Waiter) -> bool {
+    /// Queues `waiter` for the next barrier. Returns, if the caller must
+    /// start the flusher, how many quiet rounds in a row came before (see
+    /// [`Store::lead`]).
+    fn enqueue(&self, waiter: Waiter) -> Option<u32> {
         let mut st = self.lock();
         st.waiters.push(waiter);
-        !std::mem::replace(&mut st.flushing, true)
+        (!std::mem::replace(&mut st.flushing, true)).then_some(st.singles)
     }
 
     /// The first waiter while no flusher runs leads. When callers have
@@ -967,14 +973,16 @@ impl Store {
     /// thread blocks for one fsync at most. Concurrent callers (groups of
     /// more than one) always go through the flusher: a worker blocked in an
     /// fsync would take half of a two-core machine from them.
-    fn lead(self: &Arc<Self>) {
+    fn lead(self: &Arc<Self>, singles: u32) {
         const ALONE: u32 = 4;
         let multi_thread = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if !multi_thread || self.lock().singles < ALONE {
+        if !multi_thread || singles < ALONE {
             self.start_flusher();
             return;
         }
+        #[cfg(test)]
+        self.led.fetch_add(1, Ordering::Relaxed);
         let mut buf = Vec::new();
         self.flush_round(&mut buf);
         self.hand_over(true);
@@ -1062,63 +1070,65 @@ impl Store {
     /// writes and fdatasyncs them once, answers the waiters. Returns whether
     /// the round succeeded. Only the flusher (`flushing` set) calls it.
     fn flush_round(&self, buf: &mut Vec<u8>) -> bool {
+        let (file, waiters, broken, lsn, offset, prepared) = {
+            let mut st = self.lock();
+            std::mem::swap(buf, &mut st.pending);
+            let offset = st.size;
+            st.size += buf.len() as u64;
+            st.peak_size = st.peak_size.max(st.size);
+            st.eventual_scheduled = false;
+            (
+                st.file.clone(),
+                std::mem::take(&mut st.waiters),
+                st.broken.clone(),
+                st.pending_lsn,
+                offset,
+                st.prepared,
+            )
+        };
+        // The segment's length after the round.
+        let result = match broken {
+            Some(why) => Err(why),
+            None if buf.is_empty() => Ok(prepared),
+            None => wal::write_and_sync(&file, buf, offset, prepared)
+                .inspect(|_| {
+                    self.fsyncs.fetch_add(1, Ordering::Relaxed);
+                })
+                .map_err(|e| Broken {
+                    kind: e.kind(),
+                    why: format!("write-ahead log write failed: {e}; reopen the journal"),
+                }),
+        };
+        buf.clear();
         {
-            let (file, waiters, broken, lsn, offset, prepared) = {
-                let mut st = self.lock();
-                std::mem::swap(buf, &mut st.pending);
-                let offset = st.size;
-                st.size += buf.len() as u64;
-                st.peak_size = st.peak_size.max(st.size);
-                st.eventual_scheduled = false;
-                (
-                    st.file.clone(),
-                    std::mem::take(&mut st.waiters),
-                    st.broken.clone(),
-                    st.pending_lsn,
-                    offset,
-                    st.prepared,
-                )
-            };
-            let result = match broken {
-                Some(why) => Err(why),
-                None if buf.is_empty() => Ok(()),
-                None => wal::write_and_sync(&file, buf, offset, prepared)
-                    .map(|len| {
-                        self.fsyncs
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let mut st = self.lock();
-                        if Arc::ptr_eq(&st.file, &file) {
-                            st.prepared = st.prepared.max(len);
-                        }
-                    })
-                    .map_err(|e| {
-                        let why = Broken {
-                            kind: e.kind(),
-                            why: format!("write-ahead log write failed: {e}; reopen the journal"),
-                        };
-                        self.lock().broken = Some(why.clone());
-                        why
-                    }),
-            };
-            buf.clear();
-            if result.is_ok() {
-                let mut st = self.lock();
-                st.durable_lsn = st.durable_lsn.max(lsn);
-                // Quiet: one waiter, and nobody logged or waited while its
-                // fsync ran.
-                let quiet = waiters.len() == 1 && st.pending.is_empty() && st.waiters.is_empty();
-                st.singles = if quiet {
-                    st.singles.saturating_add(1)
-                } else {
-                    0
-                };
+            let mut st = self.lock();
+            match &result {
+                Ok(len) => {
+                    st.durable_lsn = st.durable_lsn.max(lsn);
+                    if Arc::ptr_eq(&st.file, &file) {
+                        st.prepared = st.prepared.max(*len);
+                    }
+                    // Quiet: one waiter, and nobody logged or waited while
+                    // its fsync ran.
+                    let quiet =
+                        waiters.len() == 1 && st.pending.is_empty() && st.waiters.is_empty();
+                    st.singles = if quiet {
+                        st.singles.saturating_add(1)
+                    } else {
+                        0
+                    };
+                }
+                Err(why) => {
+                    st.broken.get_or_insert_with(|| why.clone());
+                }
             }
-            let ok = result.is_ok();
-            for w in waiters {
-                w.answer(result.clone());
-            }
-            ok
         }
+        let result = result.map(drop);
+        let ok = result.is_ok();
+        for w in waiters {
+            w.answer(result.clone());
+        }
+        ok
     }
 
     /// The largest a log segment has grown so far.
@@ -1773,5 +1783,108 @@ impl Broken {
 impl From<Broken> for idem_journal::error::Cause {
     fn from(b: Broken) -> Self {
         Box::new(std::io::Error::new(b.kind, b.why))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::journal::SledJournal;
+    use idem_journal::journal::{ClaimChange, Durability, Expect, Journal, Space, Write, Written};
+
+    async fn write(j: &SledJournal, i: u8) -> bool {
+        let (key, body) = ([i; 32], [i; 64]);
+        let w = Write {
+            space: Space::Ops,
+            key: &key,
+            expect: Expect::Absent,
+            body: &body,
+            claim: ClaimChange::Keep,
+            escalated: false,
+            events: &[],
+            durability: Durability::Immediate,
+        };
+        matches!(j.write(w).await, Ok(Written::Done { .. }))
+    }
+
+    #[test]
+    fn a_lone_caller_fsyncing_its_own_round_fails_closed_when_the_log_write_fails() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let j = SledJournal::open(dir.path()).unwrap();
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        // What the calls saw, checked outside: a failed check must not drop
+        // the journal, whose close would wait for a flusher that never
+        // comes (the failure this test guards against).
+        let seen = tokio.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(60), async {
+                // One caller at a time: after a few quiet rounds, the caller
+                // writes and fsyncs its round on its own thread.
+                let mut acknowledged = 0;
+                for i in 0..8 {
+                    acknowledged += u8::from(write(&j, i).await);
+                }
+                let store = j.store();
+                let led = || store.led.load(std::sync::atomic::Ordering::Relaxed);
+                let led_before = led();
+                // The log can no longer be written: a read-only handle in
+                // place of the segment's.
+                {
+                    let mut st = store.lock();
+                    let path = super::wal::segment_path(&store.dir, st.gen);
+                    st.file = std::sync::Arc::new(std::fs::File::open(path).unwrap());
+                }
+                let failed_write = write(&j, 100).await;
+                let led_after = led();
+                let (broken, flushing) = {
+                    let st = store.lock();
+                    (st.broken.is_some(), st.flushing)
+                };
+                let later_write = write(&j, 101).await;
+                (
+                    acknowledged,
+                    led_before,
+                    led_after,
+                    failed_write,
+                    broken,
+                    flushing,
+                    later_write,
+                )
+            })
+            .await
+        });
+        let Ok(seen) = seen else {
+            std::mem::forget(j);
+            panic!("a write never returned: the flusher role was not handed back");
+        };
+        let (acknowledged, led_before, led_after, failed_write, broken, flushing, later_write) =
+            seen;
+        assert_eq!(acknowledged, 8);
+        assert!(led_before > 0, "no round was written by its caller");
+        assert_eq!(
+            led_after,
+            led_before + 1,
+            "the failed round was the caller's"
+        );
+        if flushing {
+            std::mem::forget(j);
+            panic!("the leader kept the flusher role after its round failed");
+        }
+        assert!(!failed_write, "a write whose barrier failed");
+        assert!(broken, "the failed round broke the store");
+        assert!(!later_write, "a write after the store broke");
+        // Closing returns; the reopened journal holds what was acknowledged.
+        drop(j);
+        let j = SledJournal::open(dir.path()).unwrap();
+        for i in 0..8u8 {
+            let got = crate::fuzzing::sled::block_on(j.load(Space::Ops, &[i; 32]));
+            assert_eq!(got.unwrap().unwrap().body, vec![i; 64], "record {i}");
+        }
+        for i in [100u8, 101] {
+            let got = crate::fuzzing::sled::block_on(j.load(Space::Ops, &[i; 32]));
+            assert!(got.unwrap().is_none(), "record {i} was never acknowledged");
+        }
     }
 }

@@ -455,6 +455,8 @@ struct Snapshot {
     records: Vec<Truth>,
     /// The newest log segment's file name.
     newest: String,
+    /// Where its units end (zeros follow).
+    units_end: usize,
 }
 
 /// One record of the snapshot.
@@ -598,14 +600,6 @@ fn make_snapshot() -> Snapshot {
         .filter(|&i| wal::is_segment(&files[i].0))
         .max_by(|&a, &b| files[a].0.cmp(&files[b].0))
         .expect("the journal has a log segment");
-    // The newest segment ends in the zeros it was prepared with (a
-    // mebibyte): 64 of them keep the case, and damage lands in the units.
-    let units_end = files[newest_at]
-        .1
-        .iter()
-        .rposition(|&b| b != 0)
-        .map_or(0, |p| p + 1);
-    files[newest_at].1.truncate(units_end + 64);
     let (newest, segment) = &files[newest_at];
     let gen = u64::from_str_radix(&newest["idem-wal.".len()..], 16).expect("a segment name");
     // Its first unit's lsn, read from the frame (length, crc, then the lsn).
@@ -613,6 +607,11 @@ fn make_snapshot() -> Snapshot {
         .get(HEADER_LEN + 8..HEADER_LEN + 16)
         .map_or(1, |l| u64::from_le_bytes(l.try_into().expect("8 bytes")));
     let seg = wal::read_segment(segment, gen, true, first_lsn).expect("the log reads");
+    // The segment ends in the zeros it was prepared with (a mebibyte): 64
+    // of them keep the case, and damage lands in the units.
+    let units_end = seg.valid_len;
+    files[newest_at].1.truncate(units_end + 64);
+    let newest = files[newest_at].0.clone();
     let mut unit_of = std::collections::HashMap::new();
     let mut at = HEADER_LEN;
     for unit in &seg.units {
@@ -646,9 +645,10 @@ fn make_snapshot() -> Snapshot {
         })
         .collect();
     Snapshot {
-        files: files.clone(),
+        files,
         records,
-        newest: newest.clone(),
+        newest,
+        units_end,
     }
 }
 
@@ -745,11 +745,7 @@ pub(crate) fn journal_files_seeds() -> Vec<(String, Vec<u8>)> {
     };
     // The last byte of the log's last unit: a torn tail.
     let newest = index(&snap.newest);
-    let len = snap.files[usize::from(newest)]
-        .1
-        .iter()
-        .rposition(|&b| b != 0)
-        .map_or(0, |p| p + 1) as u16;
+    let len = snap.units_end as u16;
     let mut torn = vec![newest, 1];
     torn.extend((len - 1).to_le_bytes());
     vec![("undamaged".into(), Vec::new()), ("torn-log".into(), torn)]
