@@ -592,7 +592,7 @@ pub struct Call {
 impl Call {
     /// A call of `called`; feed it [`Input::Start`] first.
     pub fn new(called: Called) -> Call {
-        let op = Op::blank(&called, 0);
+        let op = Op::unstarted(&called);
         Call {
             called,
             phase: Phase::Start,
@@ -1749,6 +1749,23 @@ impl Call {
 }
 
 impl Op {
+    /// The operation before the call's first pass, which starts from a
+    /// blank (or read) record: only its generation and attempts (0) are
+    /// read before that, so it holds no copies of the call's strings (a
+    /// call answered from the replay cache never makes a pass).
+    fn unstarted(called: &Called) -> Op {
+        let nothing = Called {
+            tool: String::new(),
+            class: called.class,
+            root_run: String::new(),
+            scope: Vec::new(),
+            fingerprint: called.fingerprint,
+            args: String::new(),
+            approval: None,
+        };
+        Op::blank(&nothing, 0)
+    }
+
     /// The operation as if the journal had no record of it.
     fn blank(called: &Called, now: u64) -> Op {
         Op {
@@ -1782,6 +1799,13 @@ impl Op {
             claim_found: None,
         }
     }
+}
+
+/// The record a call of `called` starts from when the journal has none
+/// (for the test vectors' records left by earlier calls).
+#[cfg(test)]
+pub(crate) fn blank_record(called: &Called) -> OpRecord {
+    Op::blank(called, 0).rec
 }
 
 /// Whether a record holding a result of `result` bytes and arguments of

@@ -90,7 +90,7 @@ fn failed(failure: Failure) -> Attempted {
 
 /// A record of this call's operation, as an earlier process left it.
 fn left(class: Class, state: State, attempts: u32, maybe_landed: bool) -> OpRecord {
-    let mut rec = Call::new(called(class)).record().clone();
+    let mut rec = super::call::blank_record(&called(class));
     rec.state = state;
     rec.attempts = attempts;
     rec.maybe_landed = maybe_landed;
