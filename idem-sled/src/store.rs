@@ -1736,10 +1736,11 @@ impl Store {
 /// merge is not urgent, but it must keep up with checkpoints under load:
 /// at +10, a merge sharing a core with a busy caller gets about a tenth of
 /// it (the scheduler's weights are 110 against 1024), which is more than
-/// merges need while 64 callers write (3-4 % of the CPU). At the same
-/// priority as the callers, the merge an open resumes took a third of the
-/// core a replaying caller ran on: cached replays 2.5 us instead of 1.7 at
-/// 3 M operations.
+/// merges need while 64 callers write (3-4 % of the CPU). At the callers'
+/// priority, the merge an open resumes competed with them as an equal:
+/// cached replays measured 2.5 us instead of 1.7 at 3 M operations (one
+/// run each; on two vCPUs, a merge on a core of its own still slows the
+/// other core somewhat, which no priority changes).
 const MERGE_NICE: i32 = 10;
 
 /// How much the scrub lowers its priority: all the way. It only looks for
@@ -1840,6 +1841,7 @@ mod tests {
     fn background_threads_lower_their_priority_from_where_it_is() {
         // On a thread of its own: a thread's nice value is its own.
         let seen = std::thread::spawn(|| {
+            // SAFETY: reads this thread's own nice value.
             let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
             let start = nice();
             // SAFETY: changes this thread's own nice value.
