@@ -65,6 +65,10 @@ impl Probe {
         self.calls.load(Ordering::SeqCst)
     }
 
+    fn attempts(&self) -> Vec<u32> {
+        self.seen.lock().unwrap().iter().map(|(_, n)| *n).collect()
+    }
+
     fn keys(&self) -> Vec<String> {
         self.seen
             .lock()
@@ -616,6 +620,7 @@ async fn read_only_tools_retry_without_a_key_or_journal() {
         probe.keys().iter().all(String::is_empty),
         "read_only calls carry no key"
     );
+    assert_eq!(probe.attempts(), [1, 2, 3], "each attempt knows its number");
     // Not journaled: runs again.
     lookup(&ctx, "abc".into(), probe.clone()).await.unwrap();
     assert_eq!(probe.calls(), 4);

@@ -21,7 +21,27 @@ pub(crate) const KEY_DOMAIN: &str = "idem.key";
 #[derive(Clone)]
 pub struct Ctx {
     pub(crate) scope: Arc<Scope>,
-    pub(crate) call: Option<Arc<CallState>>,
+    pub(crate) call: InCall,
+}
+
+/// Whether a context is inside a tool call, and which.
+#[derive(Clone)]
+pub(crate) enum InCall {
+    /// Outside any call (a run's, child's or scope's context).
+    No,
+    /// Inside attempt `.0` of a read-only call: no key, nothing shared
+    /// with the engine, so nothing is allocated (the read-only call is the
+    /// cheapest there is, and measured so).
+    ReadOnly(u32),
+    /// Inside an attempt of a keyed call.
+    Keyed(Arc<CallState>),
+}
+
+impl InCall {
+    /// Whether this is inside a call of any class.
+    pub(crate) fn is_some(&self) -> bool {
+        !matches!(self, InCall::No)
+    }
 }
 
 pub(crate) struct Scope {
@@ -39,8 +59,7 @@ pub(crate) struct Scope {
 }
 
 pub(crate) struct CallState {
-    /// `None` in a read-only call: it has no key.
-    pub(crate) key: Option<IdemKey>,
+    pub(crate) key: IdemKey,
     pub(crate) attempt: u32,
     pub(crate) provider_replay: AtomicBool,
 }
@@ -51,8 +70,14 @@ impl std::fmt::Debug for Ctx {
         d.field("root", &&*self.scope.root)
             .field("scope", &self.scope.path)
             .field("agent", &&*self.scope.agent);
-        if let Some(call) = &self.call {
-            d.field("key", &call.key).field("attempt", &call.attempt);
+        match &self.call {
+            InCall::No => {}
+            InCall::ReadOnly(attempt) => {
+                d.field("attempt", attempt);
+            }
+            InCall::Keyed(call) => {
+                d.field("key", &call.key).field("attempt", &call.attempt);
+            }
         }
         d.finish()
     }
@@ -71,7 +96,7 @@ impl Ctx {
                 saga: None,
                 compensation: false,
             }),
-            call: None,
+            call: InCall::No,
         }
     }
 
@@ -92,13 +117,20 @@ impl Ctx {
 
     /// The call's key, or `None` outside a tool call and in `read_only` tools.
     pub fn try_idempotency_key(&self) -> Option<&IdemKey> {
-        self.call.as_ref().and_then(|c| c.key.as_ref())
+        match &self.call {
+            InCall::Keyed(call) => Some(&call.key),
+            InCall::No | InCall::ReadOnly(_) => None,
+        }
     }
 
     /// The attempt in progress, from 1; 0 outside a tool call. Counts
     /// survive restarts.
     pub fn attempt(&self) -> u32 {
-        self.call.as_ref().map_or(0, |c| c.attempt)
+        match &self.call {
+            InCall::No => 0,
+            InCall::ReadOnly(attempt) => *attempt,
+            InCall::Keyed(call) => call.attempt,
+        }
     }
 
     /// The root run id every key of this context belongs to.
@@ -131,7 +163,7 @@ impl Ctx {
                 saga: s.saga.clone(),
                 compensation: false,
             }),
-            call: None,
+            call: InCall::No,
         }
     }
 
@@ -152,7 +184,7 @@ impl Ctx {
                 saga: s.saga.clone(),
                 compensation: false,
             }),
-            call: None,
+            call: InCall::No,
         }
     }
 
@@ -160,7 +192,7 @@ impl Ctx {
     /// an earlier response for our key (e.g. Stripe's
     /// `Idempotent-Replayed: true`). Recorded in the audit stream.
     pub fn mark_provider_replay(&self) {
-        if let Some(call) = &self.call {
+        if let InCall::Keyed(call) = &self.call {
             call.provider_replay.store(true, Ordering::Relaxed);
         }
     }
@@ -189,7 +221,7 @@ impl Ctx {
                 saga,
                 compensation,
             }),
-            call: None,
+            call: InCall::No,
         }
     }
 
@@ -201,22 +233,30 @@ impl Ctx {
         &self.scope.prefix
     }
 
-    /// This context, inside attempt `attempt` of the call keyed `key`
-    /// (`None` for a read-only call).
-    pub(crate) fn for_call(&self, key: Option<&IdemKey>, attempt: u32) -> Ctx {
+    /// This context, inside attempt `attempt` of the call keyed `key`.
+    pub(crate) fn for_call(&self, key: &IdemKey, attempt: u32) -> Ctx {
         Ctx {
             scope: self.scope.clone(),
-            call: Some(Arc::new(CallState {
-                key: key.cloned(),
+            call: InCall::Keyed(Arc::new(CallState {
+                key: key.clone(),
                 attempt,
                 provider_replay: AtomicBool::new(false),
             })),
         }
     }
 
+    /// This context, inside attempt `attempt` of a read-only call.
+    pub(crate) fn for_read_only(&self, attempt: u32) -> Ctx {
+        Ctx {
+            scope: self.scope.clone(),
+            call: InCall::ReadOnly(attempt),
+        }
+    }
+
     pub(crate) fn provider_replayed(&self) -> bool {
-        self.call
-            .as_ref()
-            .is_some_and(|c| c.provider_replay.load(Ordering::Relaxed))
+        match &self.call {
+            InCall::Keyed(call) => call.provider_replay.load(Ordering::Relaxed),
+            InCall::No | InCall::ReadOnly(_) => false,
+        }
     }
 }

@@ -635,7 +635,7 @@ where
 
     async fn attempt(&mut self, attempt: u32, generation: u32) -> Input {
         let key = self.key.with_generation(generation);
-        let call_ctx = self.ctx.for_call(Some(&key), attempt);
+        let call_ctx = self.ctx.for_call(&key, attempt);
         let span = self.traced.attempt(attempt);
         // An attempt follows its INTENT's write, so `began` is set.
         let began = self.began.unwrap_or_else(tokio::time::Instant::now);
@@ -687,7 +687,7 @@ where
 
     async fn verify(&mut self, attempt: u32, generation: u32) -> Input {
         let key = self.key.with_generation(generation);
-        let call_ctx = self.ctx.for_call(Some(&key), attempt);
+        let call_ctx = self.ctx.for_call(&key, attempt);
         let Some(asked) = self.body.verify(call_ctx) else {
             return Input::Verified(Answer::Unknown);
         };
@@ -823,7 +823,7 @@ where
     F: FnMut(Ctx) -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    if ctx.call.is_none() && ctx.scope.compensation {
+    if matches!(ctx.call, crate::ctx::InCall::No) && ctx.scope.compensation {
         // A saga's compensation must run once across crashes; a read-only
         // call is not journaled, so it would run again on every resume.
         return Err(ToolError::Journal(Error::Usage(format!(
@@ -838,10 +838,10 @@ where
     // Without a subscriber, no wrapper at all (the read-only path is the
     // cheapest call there is, and measured so).
     let result = if traced.span().is_disabled() {
-        read_only(ctx, tool, attempt, metered.slot(), &traced).await
+        read_only(ctx, tool, attempt, &metered, &traced).await
     } else {
         let span = traced.span().clone();
-        read_only(ctx, tool, attempt, metered.slot(), &traced)
+        read_only(ctx, tool, attempt, &metered, &traced)
             .instrument(span)
             .await
     };
@@ -865,7 +865,7 @@ async fn read_only<T, E, F, Fut>(
     ctx: &Ctx,
     tool: &'static ToolDescriptor,
     mut attempt: F,
-    metrics: &crate::metrics::ToolMetrics,
+    metered: &crate::metrics::Metered<'_>,
     traced: &Traced,
 ) -> Result<T, ToolError<E>>
 where
@@ -880,7 +880,8 @@ where
     let shared = ctx.shared();
     // The machine decides; this executes. Its times are ms since the call
     // began, on tokio's clock (a paused test clock drives it).
-    let started = tokio::time::Instant::now();
+    let started = metered.started();
+    let metrics = metered.slot();
     // Rounded up, so that a sleep until `now + delay` waits the whole delay.
     let elapsed_ms = || crate::machine::read_only::ceil_ms(started.elapsed());
     let mut machine = ReadOnly::new();
@@ -906,9 +907,11 @@ where
         input = match machine.step(&tool.retry, env, input) {
             Ro::Attempt { attempt: n } => {
                 attempts = n;
-                metrics.attempted();
+                if n > 1 {
+                    metrics.retried();
+                }
                 let span = traced.attempt(n);
-                let fut = run_attempt(tool, attempt(ctx.for_call(None, n)));
+                let fut = run_attempt(tool, attempt(ctx.for_read_only(n)));
                 let result = if span.is_disabled() {
                     fut.await
                 } else {
