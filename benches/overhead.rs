@@ -439,7 +439,7 @@ fn main() {
         println!("ratios (targets in brackets)");
         let two = 2.0 * us(floor_summary.p50);
         println!(
-            "  fresh p50 / (2 x fdatasync p50)          {:>6.2}   [<= 1.5]   ({:.1} us / {:.1} us)",
+            "  fresh p50 / (2 x fdatasync p50)          {:>6.2}   [<= 1.3]   ({:.1} us / {:.1} us)",
             us(fresh.p50) / two,
             us(fresh.p50),
             two
@@ -465,15 +465,15 @@ fn main() {
             2.0 * us(in_place_summary.p50)
         );
         println!(
-            "  replay p50                               {:>6.2} us [< 20 us]",
+            "  replay p50                               {:>6.2} us [<= 2 us]",
             us(replay.p50)
         );
         println!(
-            "  read_only overhead p50                   {:>6.3} us [< 1 us]",
+            "  read_only overhead p50                   {:>6.3} us [<= 0.15 us]",
             us(summarize(overhead).p50)
         );
         println!(
-            "  concurrent / sequential throughput       {:>6.1}   [>= 10]   ({conc:.0} / {seq_rate:.0} calls/s)",
+            "  concurrent / sequential throughput       {:>6.1}   [>= 20]   ({conc:.0} / {seq_rate:.0} calls/s)",
             conc / seq_rate
         );
 
