@@ -268,16 +268,18 @@ impl ToolMetrics {
         self.attempts.load(Relaxed) + self.begun[1].load(Relaxed)
     }
 
-    /// Calls begun and not returned yet (the outcomes are read first: a
-    /// call that ends during the reading is counted as begun, never as an
-    /// outcome without its beginning).
+    /// Calls begun and not returned yet. The counters are read one after
+    /// the other without ordering, so a reading taken while calls begin and
+    /// end may be off by those calls (never below zero).
     fn in_flight(&self) -> u64 {
         let ended = self.calls();
         let begun = self.begun[0].load(Relaxed) + self.begun[1].load(Relaxed);
         begun.saturating_sub(ended)
     }
 
-    /// Read-only calls made, whatever their outcome (for `Runtime::stats`).
+    /// Calls made (returned, or dropped before they did) of every class,
+    /// whatever their outcome (for `Runtime::stats` and the calls in
+    /// flight).
     pub(crate) fn calls(&self) -> u64 {
         self.outcomes.iter().map(|c| c.load(Relaxed)).sum()
     }
