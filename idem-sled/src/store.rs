@@ -1861,6 +1861,17 @@ mod tests {
 
     #[test]
     fn a_lone_caller_fsyncing_its_own_round_fails_closed_when_the_log_write_fails() {
+        /// What the calls saw.
+        struct Seen {
+            writes: u8,
+            acknowledged: u8,
+            led_before: u64,
+            led_after: u64,
+            failed_write: bool,
+            broken: bool,
+            flushing: bool,
+            later_write: bool,
+        }
         let dir = tempfile::TempDir::new().unwrap();
         let j = SledJournal::open(dir.path()).unwrap();
         let tokio = tokio::runtime::Builder::new_multi_thread()
@@ -1902,7 +1913,7 @@ mod tests {
                     (st.broken.is_some(), st.flushing)
                 };
                 let later_write = write(&j, 101).await;
-                (
+                Seen {
                     writes,
                     acknowledged,
                     led_before,
@@ -1911,7 +1922,7 @@ mod tests {
                     broken,
                     flushing,
                     later_write,
-                )
+                }
             })
             .await
         });
@@ -1919,34 +1930,24 @@ mod tests {
             std::mem::forget(j);
             panic!("a write never returned: the flusher role was not handed back");
         };
-        let (
-            writes,
-            acknowledged,
-            led_before,
-            led_after,
-            failed_write,
-            broken,
-            flushing,
-            later_write,
-        ) = seen;
-        assert_eq!(acknowledged, writes);
-        assert!(led_before > 0, "no round was written by its caller");
+        assert_eq!(seen.acknowledged, seen.writes);
+        assert!(seen.led_before > 0, "no round was written by its caller");
         assert_eq!(
-            led_after,
-            led_before + 1,
+            seen.led_after,
+            seen.led_before + 1,
             "the failed round was the caller's"
         );
-        if flushing {
+        if seen.flushing {
             std::mem::forget(j);
             panic!("the leader kept the flusher role after its round failed");
         }
-        assert!(!failed_write, "a write whose barrier failed");
-        assert!(broken, "the failed round broke the store");
-        assert!(!later_write, "a write after the store broke");
+        assert!(!seen.failed_write, "a write whose barrier failed");
+        assert!(seen.broken, "the failed round broke the store");
+        assert!(!seen.later_write, "a write after the store broke");
         // Closing returns; the reopened journal holds what was acknowledged.
         drop(j);
         let j = SledJournal::open(dir.path()).unwrap();
-        for i in 0..writes {
+        for i in 0..seen.writes {
             let got = crate::fuzzing::sled::block_on(j.load(Space::Ops, &[i; 32]));
             assert_eq!(got.unwrap().unwrap().body, vec![i; 64], "record {i}");
         }
