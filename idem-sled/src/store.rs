@@ -44,7 +44,7 @@ use crate::apply::{self, Trees};
 use crate::audit::AuditFile;
 use crate::digest::{self, Digest as ContentDigest};
 use crate::files::{self, AuditMeta, Manifest, TableMeta};
-use crate::stored::{self, Header};
+use crate::stored;
 use crate::table::{self, Found, ReadError, Table};
 use crate::wal::{self, Change, Tree};
 use crate::{image, merge, settle};
@@ -114,6 +114,10 @@ impl Waiter {
     }
 }
 
+/// The largest `State::scratch` kept for the next write: a record larger
+/// than this gives its buffer back.
+const SCRATCH_KEPT: usize = 16 << 10;
+
 struct State {
     file: Arc<File>,
     gen: u64,
@@ -126,6 +130,9 @@ struct State {
     /// them.
     pending: Vec<u8>,
     pending_lsn: u64,
+    /// `write`'s buffer for a record's stored bytes, kept between writes
+    /// while it is at most [`SCRATCH_KEPT`] bytes.
+    scratch: Vec<u8>,
     waiters: Vec<Waiter>,
     flushing: bool,
     /// Rounds in a row that answered one waiter while nobody else logged
@@ -256,6 +263,7 @@ impl Store {
                 size: wal::HEADER_LEN as u64,
                 prepared: wal::HEADER_LEN as u64,
                 pending: Vec::with_capacity(64 << 10),
+                scratch: Vec::new(),
                 pending_lsn: 0,
                 waiters: Vec::new(),
                 flushing: false,
@@ -423,7 +431,7 @@ impl Store {
         let old = self.current(&st, tree, w.key)?;
         let old_header = match &old {
             Some(b) => Some(
-                stored::decode(b)
+                stored::parse(b)
                     .map_err(|d| self.corrupt(tree, w.key, d))?
                     .0,
             ),
@@ -439,20 +447,28 @@ impl Store {
         }
         let lsn = st.next_lsn;
         let prev_epoch = old_header.as_ref().map_or(0, |h| h.epoch);
-        let prev_owner = old_header.as_ref().and_then(|h| h.owner.clone());
+        let prev_owner = old_header.as_ref().and_then(|h| h.owner);
         let was_escalated = old_header.as_ref().is_some_and(|h| h.escalated);
         let (epoch, owner) = match w.claim {
             ClaimChange::Keep => (prev_epoch, prev_owner),
-            ClaimChange::Take(o) => (prev_epoch + 1, Some(o.clone())),
+            ClaimChange::Take(o) => (prev_epoch + 1, Some((o.incarnation, &*o.worker))),
             ClaimChange::Release => (prev_epoch, None),
         };
-        let header = Header {
+        let header = stored::View {
             version: lsn,
             epoch,
             owner,
             escalated: w.escalated,
         };
-        let value: Arc<[u8]> = Arc::from(stored::encode(&header, w.body));
+        // Encoded into the store's reused buffer, then copied once into
+        // the shared value.
+        let mut buf = std::mem::take(&mut st.scratch);
+        buf.clear();
+        stored::encode_into(&header, w.body, &mut buf);
+        let value: Arc<[u8]> = Arc::from(&buf[..]);
+        if buf.capacity() <= SCRATCH_KEPT {
+            st.scratch = buf;
+        }
 
         // The digest covers what sled holds once the unit is applied:
         // records that can still change, and the escalation index.
@@ -463,11 +479,12 @@ impl Store {
         if apply::unsettled(&value) {
             delta.add(digest::entry_hash(tree as u8, w.key, &value));
         }
-        let mut changes = vec![Change::Put {
+        let mut changes = Vec::with_capacity(2 + w.events.len());
+        changes.push(Change::Put {
             tree,
             key: &w.key[..],
             value: &value[..],
-        }];
+        });
         let index = digest::entry_hash(Tree::Escalations as u8, w.key, &[]);
         match (was_escalated, w.escalated) {
             (false, true) => {

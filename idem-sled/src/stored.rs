@@ -20,9 +20,17 @@ pub(super) struct Header {
     pub escalated: bool,
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
 pub(super) fn encode(h: &Header, body: &[u8]) -> Vec<u8> {
-    let worker = h.owner.as_ref().map_or(&[][..], |o| o.worker.as_bytes());
-    let mut out = Vec::with_capacity(17 + 10 + worker.len() + body.len());
+    let mut out = Vec::new();
+    encode_into(&h.view(), body, &mut out);
+    out
+}
+
+/// Appends a record's stored bytes to `out`: the header `h`, then `body`.
+pub(super) fn encode_into(h: &View<'_>, body: &[u8], out: &mut Vec<u8>) {
+    let worker = h.owner.map_or(&[][..], |(_, w)| w.as_bytes());
+    out.reserve(17 + 10 + worker.len() + body.len());
     out.extend_from_slice(&h.version.to_le_bytes());
     out.extend_from_slice(&h.epoch.to_le_bytes());
     let mut flags = 0;
@@ -33,17 +41,63 @@ pub(super) fn encode(h: &Header, body: &[u8]) -> Vec<u8> {
         flags |= ESCALATED;
     }
     out.push(flags);
-    if let Some(o) = &h.owner {
-        out.extend_from_slice(&o.incarnation.to_le_bytes());
+    if let Some((incarnation, _)) = h.owner {
+        out.extend_from_slice(&incarnation.to_le_bytes());
         out.extend_from_slice(&(worker.len() as u16).to_le_bytes());
         out.extend_from_slice(worker);
     }
     out.extend_from_slice(body);
-    out
+}
+
+/// A record's header read in place: what [`decode`] gives, with the
+/// owner's worker name borrowed from the bytes instead of copied (the
+/// write path reads a header twice per write and needs no owned copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct View<'a> {
+    pub version: u64,
+    pub epoch: u64,
+    /// The claim's owner: its incarnation and worker name.
+    pub owner: Option<(u64, &'a str)>,
+    pub escalated: bool,
+}
+
+#[cfg(any(test, feature = "fuzzing"))]
+impl Header {
+    /// This header, borrowed.
+    pub(super) fn view(&self) -> View<'_> {
+        View {
+            version: self.version,
+            epoch: self.epoch,
+            owner: self.owner.as_ref().map(|o| (o.incarnation, &*o.worker)),
+            escalated: self.escalated,
+        }
+    }
+}
+
+impl View<'_> {
+    /// The header with its own copy of the owner.
+    pub(super) fn to_header(self) -> Header {
+        Header {
+            version: self.version,
+            epoch: self.epoch,
+            owner: self.owner.map(|(incarnation, worker)| Owner {
+                worker: Arc::from(worker),
+                incarnation,
+            }),
+            escalated: self.escalated,
+        }
+    }
 }
 
 /// Splits stored bytes into header and body.
 pub(super) fn decode(bytes: &[u8]) -> Result<(Header, &[u8]), String> {
+    let (view, body) = parse(bytes)?;
+    Ok((view.to_header(), body))
+}
+
+/// Splits stored bytes into a borrowed header and the body; the same
+/// checks as [`decode`], no allocation but for an error's text.
+pub(super) fn parse(bytes: &[u8]) -> Result<(View<'_>, &[u8]), String> {
     let short = || format!("{} bytes is too short for a record header", bytes.len());
     let head = bytes.get(..17).ok_or_else(short)?;
     let version = u64::from_le_bytes(head[..8].try_into().unwrap_or_default());
@@ -60,15 +114,12 @@ pub(super) fn decode(bytes: &[u8]) -> Result<(Header, &[u8]), String> {
         let worker = rest.get(10..10 + len).ok_or_else(short)?;
         let worker = std::str::from_utf8(worker).map_err(|e| format!("owner is not UTF-8: {e}"))?;
         rest = &rest[10 + len..];
-        Some(Owner {
-            worker: Arc::from(worker),
-            incarnation,
-        })
+        Some((incarnation, worker))
     } else {
         None
     };
     Ok((
-        Header {
+        View {
             version,
             epoch,
             owner,
