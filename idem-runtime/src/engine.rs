@@ -538,7 +538,7 @@ where
         events: Vec<EventKind>,
         began: tokio::time::Instant,
     ) -> Result<Input, Error> {
-        let body = record::encode(Kind::Op, &op.rec)?;
+        let body = record::encode(Kind::Op, &*op.rec)?;
         // The events' key: the record's generation.
         let key = self.key.with_generation(op.rec.generation);
         let drafts = self.drafts(&key, events);
@@ -580,7 +580,7 @@ where
                     .unwrap_or(false),
             ),
             Revert::Write(op) => {
-                let Ok(body) = record::encode(Kind::Op, &op.rec) else {
+                let Ok(body) = record::encode(Kind::Op, &*op.rec) else {
                     return Input::Removed(false);
                 };
                 // Its events are none: a revert records no decision.

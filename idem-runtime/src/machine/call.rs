@@ -51,6 +51,7 @@
 //! deduplicates the key, `verify` finds the effect), and audit events that
 //! record no decision.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use idem_journal::audit::EventKind;
@@ -215,8 +216,9 @@ pub enum Input {
 /// change, at a durability.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct WriteOp {
-    /// The new record.
-    pub rec: OpRecord,
+    /// The new record. Shared: the machine keeps the same record as what
+    /// it tried to write (see `Op::tried`) without a second copy.
+    pub rec: Arc<OpRecord>,
     /// Its audit events.
     pub events: Vec<EventKind>,
     /// How durable it must be when the write returns.
@@ -422,9 +424,10 @@ struct Op {
     held: Option<u64>,
     /// When the record was last written before this pass found it.
     found_ms: u64,
-    /// The record before the last write, and the last write.
-    previous: Option<OpRecord>,
-    tried: Option<OpRecord>,
+    /// The record before the last write, and the last write (the very
+    /// record the write carried).
+    previous: Option<Arc<OpRecord>>,
+    tried: Option<Arc<OpRecord>>,
     /// The next write is a claim of a key never read.
     unread: bool,
     /// What that claim found.
@@ -448,7 +451,7 @@ enum AfterWrite {
     Intent {
         n: u32,
         before_held: Option<u64>,
-        before: Option<Box<OpRecord>>,
+        before: Option<Arc<OpRecord>>,
     },
     /// Waiting after failed attempt `n`.
     Waiting {
@@ -825,7 +828,7 @@ impl Call {
             })));
         }
         self.op.found_ms = rec.updated_ms;
-        self.op.previous = Some(rec.clone());
+        self.op.previous = Some(Arc::new(rec.clone()));
         self.op.rec = rec;
         self.op.version = Some(version);
         self.op.claim = claim;
@@ -1141,7 +1144,7 @@ impl Call {
         let then = AfterWrite::Intent {
             n,
             before_held: self.op.held,
-            before: self.op.previous.take().map(Box::new),
+            before: self.op.previous.take(),
         };
         self.put(events, Durability::Immediate, false, then, now)
     }
@@ -1158,7 +1161,8 @@ impl Call {
         now: u64,
     ) -> Action {
         self.op.rec.updated_ms = now;
-        self.op.tried = Some(self.op.rec.clone());
+        let rec = Arc::new(self.op.rec.clone());
+        self.op.tried = Some(Arc::clone(&rec));
         let claim = match (release, self.op.held.is_some()) {
             (true, _) => ClaimOp::Release,
             (false, true) => ClaimOp::Keep,
@@ -1167,7 +1171,7 @@ impl Call {
         let unread = std::mem::take(&mut self.op.unread);
         self.op.claim_found = None;
         let write = WriteOp {
-            rec: self.op.rec.clone(),
+            rec,
             events,
             durability,
             expect: self.op.version,
@@ -1290,8 +1294,8 @@ impl Call {
     /// happened for one that may have landed. The failed write may have
     /// happened all the same, so it is undone only if the journal holds
     /// exactly it. If this fails too, the cautious INTENT stays.
-    fn revert_read(&mut self, before_held: Option<u64>, before: Option<Box<OpRecord>>) -> Action {
-        self.op.previous = before.map(|b| *b);
+    fn revert_read(&mut self, before_held: Option<u64>, before: Option<Arc<OpRecord>>) -> Action {
+        self.op.previous = before;
         self.op.held = before_held;
         self.phase = Phase::Reverting;
         Action::Revert(Revert::Read)
@@ -1303,7 +1307,7 @@ impl Call {
             // another worker may have written the same bytes in the same
             // millisecond (its claim is its own).
             Input::Found(Some(now))
-                if Some(&now.rec) == self.op.tried.as_ref()
+                if self.op.tried.as_deref() == Some(&now.rec)
                     && now.claim.as_ref().is_some_and(|c| c.owner == setup.owner) =>
             {
                 self.phase = Phase::Reverting;

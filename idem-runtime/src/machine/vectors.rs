@@ -233,7 +233,7 @@ fn drive_with(
                 if faults.write_lands {
                     let version = record.as_ref().map_or(1, |f| f.version + 1);
                     record = Some(Found {
-                        rec: op.rec.clone(),
+                        rec: OpRecord::clone(&op.rec),
                         version,
                         claim: Some(Claim {
                             owner: setup.owner.clone(),
@@ -257,7 +257,7 @@ fn drive_with(
                     ClaimOp::Keep => record.as_ref().and_then(|f| f.claim.clone()),
                 };
                 record = Some(Found {
-                    rec: op.rec.clone(),
+                    rec: OpRecord::clone(&op.rec),
                     version,
                     claim,
                 });

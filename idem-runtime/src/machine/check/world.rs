@@ -661,7 +661,7 @@ impl World {
                     _ => None,
                 };
                 let ok = w
-                    .apply_write(op.rec.clone(), claim, true, op.expect)
+                    .apply_write(OpRecord::clone(&op.rec), claim, true, op.expect)
                     .is_ok();
                 branch(w, Input::Removed(ok))?;
             }
@@ -831,7 +831,12 @@ impl World {
             let mut w = base.clone();
             w.new_decision(&op.rec);
             let (version, epoch) = w
-                .apply_write(op.rec.clone(), Some((op.claim, p)), immediate, op.expect)
+                .apply_write(
+                    OpRecord::clone(&op.rec),
+                    Some((op.claim, p)),
+                    immediate,
+                    op.expect,
+                )
                 .expect("the condition holds");
             w.note_commit(&op.rec, immediate);
             // A write of a claim renews its lease.
@@ -875,8 +880,13 @@ impl World {
                 let mut w = base;
                 w.faults_left -= 1;
                 w.drivers[i].faulted = true;
-                w.apply_write(op.rec.clone(), Some((op.claim, p)), false, op.expect)
-                    .expect("the condition holds");
+                w.apply_write(
+                    OpRecord::clone(&op.rec),
+                    Some((op.claim, p)),
+                    false,
+                    op.expect,
+                )
+                .expect("the condition holds");
                 branch(w, Input::WriteFailed)?;
             }
         }
