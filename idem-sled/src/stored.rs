@@ -172,4 +172,36 @@ mod tests {
         bad[16] = 0x80;
         assert!(decode(&bad).is_err());
     }
+
+    #[test]
+    fn a_header_read_in_place_is_the_decoded_header_and_encodes_after_other_bytes() {
+        let h = Header {
+            version: 7,
+            epoch: 2,
+            owner: Some(Owner {
+                worker: Arc::from("worker-b"),
+                incarnation: 5,
+            }),
+            escalated: false,
+        };
+        let bytes = encode(&h, b"the record");
+        let (view, body) = parse(&bytes).unwrap();
+        assert_eq!(view, h.view());
+        assert_eq!(view.owner, Some((5, "worker-b")));
+        assert_eq!((view.to_header(), body), (h.clone(), &b"the record"[..]));
+        // Encoding appends: what the buffer held before stays in front.
+        let mut out = b"kept".to_vec();
+        encode_into(&view, body, &mut out);
+        assert_eq!((&out[..4], &out[4..]), (&b"kept"[..], &bytes[..]));
+        // The same refusals as `decode`.
+        for cut in 0..17 + 10 + 8 {
+            assert!(parse(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut bad = bytes.clone();
+        bad[16] = 0x04;
+        assert!(parse(&bad).is_err());
+        let mut not_utf8 = bytes.clone();
+        not_utf8[17 + 10] = 0xff;
+        assert!(parse(&not_utf8).is_err());
+    }
 }
