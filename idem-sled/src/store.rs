@@ -479,40 +479,38 @@ impl Store {
         if apply::unsettled(&value) {
             delta.add(digest::entry_hash(tree as u8, w.key, &value));
         }
-        let mut changes = Vec::with_capacity(2 + w.events.len());
-        changes.push(Change::Put {
-            tree,
-            key: &w.key[..],
-            value: &value[..],
-        });
         let index = digest::entry_hash(Tree::Escalations as u8, w.key, &[]);
-        match (was_escalated, w.escalated) {
+        let index_change = match (was_escalated, w.escalated) {
             (false, true) => {
                 delta.add(index);
-                changes.push(Change::Put {
+                Some(Change::Put {
                     tree: Tree::Escalations,
                     key: &w.key[..],
                     value: &[],
-                });
+                })
             }
             (true, false) => {
                 delta.remove(index);
-                changes.push(Change::Remove {
+                Some(Change::Remove {
                     tree: Tree::Escalations,
                     key: &w.key[..],
-                });
+                })
             }
-            _ => {}
-        }
+            _ => None,
+        };
         let seqs: Vec<u64> = (st.next_seq..st.next_seq + w.events.len() as u64).collect();
-        for (seq, e) in seqs.iter().zip(w.events) {
-            changes.push(Change::Event {
-                seq: *seq,
-                bytes: e.bytes,
-            });
-        }
+        let changes = std::iter::once(Change::Put {
+            tree,
+            key: &w.key[..],
+            value: &value[..],
+        })
+        .chain(index_change)
+        .chain(seqs.iter().zip(w.events).map(|(seq, e)| Change::Event {
+            seq: *seq,
+            bytes: e.bytes,
+        }));
         let st = &mut *st;
-        wal::encode_unit(&mut st.pending, lsn, delta.xor, delta.count, &changes);
+        wal::encode_unit_from(&mut st.pending, lsn, delta.xor, delta.count, changes);
         st.next_lsn += 1;
         st.pending_lsn = lsn;
         st.next_seq += w.events.len() as u64;
@@ -592,16 +590,12 @@ impl Store {
         }
         let lsn = st.next_lsn;
         let seqs: Vec<u64> = (st.next_seq..st.next_seq + events.len() as u64).collect();
-        let changes: Vec<Change<&[u8]>> = seqs
-            .iter()
-            .zip(events)
-            .map(|(seq, e)| Change::Event {
-                seq: *seq,
-                bytes: e.bytes,
-            })
-            .collect();
+        let changes = seqs.iter().zip(events).map(|(seq, e)| Change::Event {
+            seq: *seq,
+            bytes: e.bytes,
+        });
         let st = &mut *st;
-        wal::encode_unit(&mut st.pending, lsn, 0, 0, &changes);
+        wal::encode_unit_from(&mut st.pending, lsn, 0, 0, changes);
         st.next_lsn += 1;
         st.pending_lsn = lsn;
         st.next_seq += events.len() as u64;

@@ -123,25 +123,42 @@ pub(super) fn encode_unit(
     count: i64,
     changes: &[Change<&[u8]>],
 ) {
+    encode_unit_from(out, lsn, xor, count, changes.iter().cloned());
+}
+
+/// Appends one unit of the changes `changes` yields to `out`: what
+/// [`encode_unit`] writes, for callers that have no list of them (a write
+/// and an append on the hot path build none).
+pub(super) fn encode_unit_from<'a>(
+    out: &mut Vec<u8>,
+    lsn: u64,
+    xor: u64,
+    count: i64,
+    changes: impl IntoIterator<Item = Change<&'a [u8]>>,
+) {
     let start = out.len();
     out.extend_from_slice(&[0; 8]);
     out.extend_from_slice(&lsn.to_le_bytes());
     out.extend_from_slice(&xor.to_le_bytes());
     out.extend_from_slice(&count.to_le_bytes());
-    out.extend_from_slice(&(changes.len() as u32).to_le_bytes());
+    // The number of changes, filled in once they are written.
+    let n_at = out.len();
+    out.extend_from_slice(&0u32.to_le_bytes());
     let bytes = |out: &mut Vec<u8>, b: &[u8]| {
         out.extend_from_slice(&(b.len() as u32).to_le_bytes());
         out.extend_from_slice(b);
     };
+    let mut n = 0u32;
     for change in changes {
+        n += 1;
         match change {
             Change::Put { tree, key, value } => {
-                out.extend_from_slice(&[OP_PUT, *tree as u8]);
+                out.extend_from_slice(&[OP_PUT, tree as u8]);
                 bytes(out, key);
                 bytes(out, value);
             }
             Change::Remove { tree, key } => {
-                out.extend_from_slice(&[OP_REMOVE, *tree as u8]);
+                out.extend_from_slice(&[OP_REMOVE, tree as u8]);
                 bytes(out, key);
             }
             Change::Event { seq, bytes: b } => {
@@ -155,6 +172,7 @@ pub(super) fn encode_unit(
             }
         }
     }
+    out[n_at..n_at + 4].copy_from_slice(&n.to_le_bytes());
     let body_len = (out.len() - start - 8) as u32;
     let crc = crc32(&out[start + 8..]);
     out[start..start + 4].copy_from_slice(&body_len.to_le_bytes());
