@@ -485,10 +485,31 @@ impl Args {
 }
 
 fn canonical_json(map: &serde_json::Map<String, serde_json::Value>, out: &mut Vec<u8>) {
-    let mut entries: Vec<_> = map.iter().collect();
-    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    canonical_object(map.iter(), out);
+}
+
+/// An object's entries with their keys in order. serde_json's map yields
+/// them sorted unless its `preserve_order` feature is on somewhere in the
+/// build: only then are they copied and sorted.
+fn canonical_object<'a, I>(entries: I, out: &mut Vec<u8>)
+where
+    I: Iterator<Item = (&'a String, &'a serde_json::Value)> + Clone,
+{
+    if entries.clone().map(|(k, _)| k).is_sorted() {
+        canonical_entries(entries, out);
+    } else {
+        let mut sorted: Vec<_> = entries.collect();
+        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        canonical_entries(sorted.into_iter(), out);
+    }
+}
+
+fn canonical_entries<'a>(
+    entries: impl Iterator<Item = (&'a String, &'a serde_json::Value)>,
+    out: &mut Vec<u8>,
+) {
     out.push(b'{');
-    for (i, (k, v)) in entries.into_iter().enumerate() {
+    for (i, (k, v)) in entries.enumerate() {
         if i > 0 {
             out.push(b',');
         }
@@ -640,6 +661,30 @@ mod tests {
         let key = KeyBuilder::new(&prefix, "").finish();
         assert!(key.as_str().starts_with("tool-"));
         assert_eq!(IdemKey::parse(key.as_str()).unwrap(), key);
+    }
+
+    #[test]
+    fn an_object_whose_entries_come_unsorted_is_written_sorted() {
+        // What serde_json's map yields with `preserve_order` on: insertion
+        // order. The canonical JSON must not depend on it.
+        let (a, b, z) = ("a".to_string(), "b".to_string(), "z".to_string());
+        let (one, two) = (serde_json::json!(1), serde_json::json!({"y": 2, "x": [3]}));
+        let unsorted = [(&z, &one), (&a, &two), (&b, &one)];
+        let mut out = Vec::new();
+        canonical_object(unsorted.iter().copied(), &mut out);
+        let sorted = [(&a, &two), (&b, &one), (&z, &one)];
+        let mut expected = Vec::new();
+        canonical_object(sorted.iter().copied(), &mut expected);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(expected).unwrap()
+        );
+        let mut plain = Vec::new();
+        canonical_object(sorted.iter().copied(), &mut plain);
+        assert_eq!(
+            String::from_utf8(plain).unwrap(),
+            r#"{"a":{"x":[3],"y":2},"b":1,"z":1}"#
+        );
     }
 
     #[test]
