@@ -145,17 +145,28 @@ pub(super) fn loaded(h: Header, body: &[u8]) -> Loaded {
 mod tests {
     use super::*;
 
+    /// A claimed record's header.
+    fn claimed(
+        version: u64,
+        epoch: u64,
+        worker: &str,
+        incarnation: u64,
+        escalated: bool,
+    ) -> Header {
+        Header {
+            version,
+            epoch,
+            owner: Some(Owner {
+                worker: Arc::from(worker),
+                incarnation,
+            }),
+            escalated,
+        }
+    }
+
     #[test]
     fn headers_round_trip_and_damage_is_an_error() {
-        let h = Header {
-            version: 9,
-            epoch: 3,
-            owner: Some(Owner {
-                worker: Arc::from("pod-7"),
-                incarnation: 42,
-            }),
-            escalated: true,
-        };
+        let h = claimed(9, 3, "pod-7", 42, true);
         let bytes = encode(&h, b"body");
         let (back, body) = decode(&bytes).unwrap();
         assert_eq!((back, body), (h.clone(), &b"body"[..]));
@@ -175,15 +186,7 @@ mod tests {
 
     #[test]
     fn a_header_read_in_place_is_the_decoded_header_and_encodes_after_other_bytes() {
-        let h = Header {
-            version: 7,
-            epoch: 2,
-            owner: Some(Owner {
-                worker: Arc::from("worker-b"),
-                incarnation: 5,
-            }),
-            escalated: false,
-        };
+        let h = claimed(7, 2, "worker-b", 5, false);
         let bytes = encode(&h, b"the record");
         let (view, body) = parse(&bytes).unwrap();
         assert_eq!(view, h.view());
