@@ -110,7 +110,7 @@ impl Trees {
 /// are settled and live in tables. Bytes whose header does not decode stay
 /// in sled, where a read reports them, rather than in a table.
 pub(super) fn unsettled(value: &[u8]) -> bool {
-    stored::parse(value).map_or(true, |(h, _)| h.owner.is_some() || h.escalated)
+    stored::parse(value).map_or(true, |(h, _)| h.unsettled())
 }
 
 /// Whether `tree`'s entry with this value belongs in sled.

@@ -473,10 +473,14 @@ impl Store {
         // The digest covers what sled holds once the unit is applied:
         // records that can still change, and the escalation index.
         let mut delta = ContentDigest::default();
-        if let Some(o) = old.as_ref().filter(|o| apply::unsettled(o)) {
-            delta.remove(digest::entry_hash(tree as u8, w.key, o));
+        // The headers are at hand: the old one parsed above, the new one
+        // just encoded.
+        if let (Some(o), Some(h)) = (&old, &old_header) {
+            if h.unsettled() {
+                delta.remove(digest::entry_hash(tree as u8, w.key, o));
+            }
         }
-        if apply::unsettled(&value) {
+        if header.unsettled() {
             delta.add(digest::entry_hash(tree as u8, w.key, &value));
         }
         let index = digest::entry_hash(Tree::Escalations as u8, w.key, &[]);

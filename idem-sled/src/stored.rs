@@ -51,7 +51,7 @@ pub(super) fn encode_into(h: &View<'_>, body: &[u8], out: &mut Vec<u8>) {
 
 /// A record's header read in place: what [`decode`] gives, with the
 /// owner's worker name borrowed from the bytes instead of copied (the
-/// write path reads a header twice per write and needs no owned copy).
+/// write path needs no owned copy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct View<'a> {
     pub version: u64,
@@ -75,6 +75,12 @@ impl Header {
 }
 
 impl View<'_> {
+    /// Whether the record can still change (claimed or escalated): it
+    /// stays in sled rather than going to a table.
+    pub(super) fn unsettled(&self) -> bool {
+        self.owner.is_some() || self.escalated
+    }
+
     /// The header with its own copy of the owner.
     pub(super) fn to_header(self) -> Header {
         Header {
