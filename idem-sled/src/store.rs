@@ -47,7 +47,7 @@ use crate::files::{self, AuditMeta, Manifest, TableMeta};
 use crate::stored;
 use crate::table::{self, Found, ReadError, Table};
 use crate::wal::{self, Change, Tree};
-use crate::{image, merge, settle};
+use crate::{image, memory, merge, settle};
 use idem_journal::error::Error;
 use idem_journal::journal::{
     ClaimChange, Digest, EventRows, Expect, Loaded, NewEvent, Write, Written,
@@ -189,6 +189,8 @@ pub(super) struct Store {
     checkpointer: Background,
     /// fdatasyncs of the log so far (what group commit saves).
     fsyncs: std::sync::atomic::AtomicU64,
+    /// When checkpoints and merges give back what they freed.
+    releases: memory::Releases,
     /// Set when the journal closes: an image being written gives up.
     closing: AtomicBool,
     imager: Background,
@@ -293,6 +295,7 @@ impl Store {
             checkpointed: Condvar::new(),
             checkpointer: Background::default(),
             fsyncs: std::sync::atomic::AtomicU64::new(0),
+            releases: memory::Releases::default(),
             closing: AtomicBool::new(false),
             imager: Background::default(),
             merger: Background::default(),
@@ -1325,9 +1328,16 @@ impl Store {
             self.clone().start_image(m);
         }
         self.maybe_merge();
-        // A checkpoint reads megabytes of log in small pieces; give back
-        // what it freed rather than leave it in this thread's arena.
-        crate::memory::release();
+        let _released = self.after_background_pass();
+    }
+
+    /// A checkpoint or merge has ended: what it freed goes back to the
+    /// system if the log is quiet (under a quarter of a segment logged
+    /// since the last rotation), else every few passes (see
+    /// [`memory::Releases`]).
+    fn after_background_pass(&self) -> bool {
+        let quiet = self.lock().size < self.tuning.checkpoint_bytes / 4;
+        self.releases.after_pass(quiet)
     }
 
     /// Writes an image of sled as of manifest `m` on, on its own thread,
@@ -1667,7 +1677,7 @@ impl Store {
                 return;
             };
             let merged = self.merge(&inputs, oldest);
-            crate::memory::release();
+            let _released = self.after_background_pass();
             if let Err(e) = merged {
                 if !self.closing.load(Ordering::Relaxed) {
                     tracing::warn!(
@@ -1849,6 +1859,30 @@ mod tests {
             durability: Durability::Immediate,
         };
         matches!(j.write(w).await, Ok(Written::Done { .. }))
+    }
+
+    #[tokio::test]
+    async fn a_background_pass_releases_memory_at_once_only_while_the_log_is_quiet() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let options = crate::SledOptions {
+            checkpoint_bytes: 64 << 10,
+            ..crate::SledOptions::default()
+        };
+        let j = SledJournal::open_with(dir.path(), &options).unwrap();
+        let store = j.store();
+        assert!(store.after_background_pass(), "a fresh log is quiet");
+        // A quarter of a segment logged, not a whole one (no rotation).
+        let mut i = 0u8;
+        while store.lock().size < (16 << 10) {
+            assert!(write(&j, i).await);
+            i += 1;
+        }
+        assert!(store.lock().size < 64 << 10);
+        let passes: Vec<bool> = (0..super::memory::RELEASE_EVERY)
+            .map(|_| store.after_background_pass())
+            .collect();
+        let released: Vec<usize> = (0..passes.len()).filter(|&n| passes[n]).collect();
+        assert_eq!(released, [passes.len() - 1], "busy: only every eighth pass");
     }
 
     #[cfg(target_os = "linux")]
