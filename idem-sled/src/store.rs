@@ -1455,13 +1455,13 @@ impl Store {
                 continue;
             }
             let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
-            let seg = wal::read_segment(&bytes, g, false, min_lsn)
+            let seg = wal::read_segment_borrowed(&bytes, g, false, min_lsn)
                 .map_err(|d| format!("{} at offset {}: {}", path.display(), d.offset, d.detail))?;
-            drop(bytes);
             if let Some(u) = seg.units.last() {
                 min_lsn = u.lsn + 1;
             }
-            for u in seg.units {
+            fold.reserve(bytes.len());
+            for u in &seg.units {
                 fold.add(u);
             }
         }

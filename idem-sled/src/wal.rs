@@ -83,16 +83,17 @@ pub(super) enum Change<B> {
     Truncate { before: u64 },
 }
 
-/// A unit read back from a segment.
+/// A unit read back from a segment: its byte strings owned (`Vec<u8>`) or
+/// borrowed from the segment's bytes (`&[u8]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Unit {
+pub(super) struct Unit<B = Vec<u8>> {
     pub lsn: u64,
     /// XOR of the content hashes this unit adds and removes (see
     /// `digest.rs`).
     pub xor: u64,
     /// Entries this unit adds (negative: removes).
     pub count: i64,
-    pub changes: Vec<Change<Vec<u8>>>,
+    pub changes: Vec<Change<B>>,
 }
 
 /// A borrowed view of an owned change (for re-encoding what was read).
@@ -203,15 +204,26 @@ pub(super) struct Damage {
 }
 
 /// What reading a segment found.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct Segment {
-    pub units: Vec<Unit>,
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Segment<B = Vec<u8>> {
+    pub units: Vec<Unit<B>>,
     /// Where the valid units end.
     pub valid_len: usize,
     /// A torn tail was dropped (newest segment only): its length. Zeros
     /// after the last unit are not a torn tail: the valid units end where
     /// they begin.
     pub torn: usize,
+}
+
+// Not derived: that would ask `B: Default`.
+impl<B> Default for Segment<B> {
+    fn default() -> Self {
+        Segment {
+            units: Vec::new(),
+            valid_len: 0,
+            torn: 0,
+        }
+    }
 }
 
 /// A cursor over a unit body.
@@ -236,14 +248,19 @@ impl<'a> Reader<'a> {
         self.take(8)
             .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
     }
-    fn bytes(&mut self) -> Option<Vec<u8>> {
+    fn bytes(&mut self) -> Option<&'a [u8]> {
         let n = self.u32()? as usize;
-        self.take(n).map(<[u8]>::to_vec)
+        self.take(n)
     }
 }
 
 /// Decodes a unit body whose checksum matched.
 pub(super) fn decode_body(body: &[u8]) -> Option<Unit> {
+    decode_body_as(body, <[u8]>::to_vec)
+}
+
+/// [`decode_body`], each byte string made a `B` by `own`.
+fn decode_body_as<'a, B>(body: &'a [u8], own: fn(&'a [u8]) -> B) -> Option<Unit<B>> {
     let mut r = Reader { b: body };
     let lsn = r.u64()?;
     let xor = r.u64()?;
@@ -259,16 +276,16 @@ pub(super) fn decode_body(body: &[u8]) -> Option<Unit> {
         let change = match r.u8()? {
             OP_PUT => Change::Put {
                 tree: Tree::from_u8(r.u8()?)?,
-                key: r.bytes()?,
-                value: r.bytes()?,
+                key: own(r.bytes()?),
+                value: own(r.bytes()?),
             },
             OP_REMOVE => Change::Remove {
                 tree: Tree::from_u8(r.u8()?)?,
-                key: r.bytes()?,
+                key: own(r.bytes()?),
             },
             OP_EVENT => Change::Event {
                 seq: r.u64()?,
-                bytes: r.bytes()?,
+                bytes: own(r.bytes()?),
             },
             OP_TRUNCATE => Change::Truncate { before: r.u64()? },
             _ => return None,
@@ -292,7 +309,12 @@ const MIN_UNIT: usize = 8 + BODY_HEAD;
 /// The unit starting at `at`, if a whole valid one does with an lsn in
 /// `lsns`, with its length. The cheap checks (length, lsn) come before the
 /// checksum, so probing an offset that holds no unit costs almost nothing.
-fn unit_at(bytes: &[u8], at: usize, lsns: std::ops::RangeInclusive<u64>) -> Option<(Unit, usize)> {
+fn unit_at<'a, B>(
+    bytes: &'a [u8],
+    at: usize,
+    lsns: std::ops::RangeInclusive<u64>,
+    own: fn(&'a [u8]) -> B,
+) -> Option<(Unit<B>, usize)> {
     let head = bytes.get(at..at + 8)?;
     let len = u32::from_le_bytes(head[..4].try_into().ok()?) as usize;
     let crc = u32::from_le_bytes(head[4..].try_into().ok()?);
@@ -307,7 +329,7 @@ fn unit_at(bytes: &[u8], at: usize, lsns: std::ops::RangeInclusive<u64>) -> Opti
     if crc32(body) != crc {
         return None;
     }
-    decode_body(body).map(|u| (u, 8 + len))
+    decode_body_as(body, own).map(|u| (u, 8 + len))
 }
 
 /// Reads segment `gen` (its bytes), applying the damage rules: `newest`
@@ -321,6 +343,28 @@ pub(super) fn read_segment(
     newest: bool,
     first_lsn: u64,
 ) -> Result<Segment, Damage> {
+    read_segment_as(bytes, gen, newest, first_lsn, <[u8]>::to_vec)
+}
+
+/// [`read_segment`], the units borrowing their byte strings from `bytes`:
+/// for a reader that keeps little of what it reads (a checkpoint's fold),
+/// and need not allocate for each key, value and event.
+pub(super) fn read_segment_borrowed(
+    bytes: &[u8],
+    gen: u64,
+    newest: bool,
+    first_lsn: u64,
+) -> Result<Segment<&[u8]>, Damage> {
+    read_segment_as(bytes, gen, newest, first_lsn, |b| b)
+}
+
+fn read_segment_as<'a, B>(
+    bytes: &'a [u8],
+    gen: u64,
+    newest: bool,
+    first_lsn: u64,
+    own: fn(&'a [u8]) -> B,
+) -> Result<Segment<B>, Damage> {
     let expected = header(gen);
     if bytes.len() < HEADER_LEN {
         // A segment whose creation was cut short: only the newest may be,
@@ -346,7 +390,7 @@ pub(super) fn read_segment(
     let mut at = HEADER_LEN;
     let mut next_lsn = first_lsn;
     while at < bytes.len() {
-        if let Some((unit, len)) = unit_at(bytes, at, next_lsn..=next_lsn) {
+        if let Some((unit, len)) = unit_at(bytes, at, next_lsn..=next_lsn, own) {
             next_lsn = unit.lsn + 1;
             seg.units.push(unit);
             at += len;
@@ -365,7 +409,7 @@ pub(super) fn read_segment(
         // before any checksum, so the search is linear in the tail.
         let valid_after = (at + 1..bytes.len()).find(|&o| {
             let skipped = ((o - at) / MIN_UNIT) as u64;
-            unit_at(bytes, o, next_lsn..=next_lsn + skipped + 1).is_some()
+            unit_at(bytes, o, next_lsn..=next_lsn + skipped + 1, |b| b).is_some()
         });
         if let Some(later) = valid_after {
             return Err(Damage {
@@ -549,7 +593,9 @@ mod tests {
             Change::Truncate { before: 4 },
         ];
         encode_unit(&mut out, 3, 0xabc, -2, &changes);
-        let (unit, len) = unit_at(&out, 0, 3..=3).expect("valid unit");
+        let (borrowed, _) = unit_at(&out, 0, 3..=3, |b| b).expect("valid unit");
+        assert_eq!(borrowed.changes, changes, "borrowed from the bytes read");
+        let (unit, len) = unit_at(&out, 0, 3..=3, <[u8]>::to_vec).expect("valid unit");
         assert_eq!(len, out.len());
         assert_eq!((unit.lsn, unit.xor, unit.count), (3, 0xabc, -2));
         let owned: Vec<Change<Vec<u8>>> = vec![
