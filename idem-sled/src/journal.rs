@@ -1551,6 +1551,45 @@ mod tests {
     }
 
     #[test]
+    fn a_write_skips_the_tables_a_read_found_empty_only_until_a_table_is_installed() {
+        // A read misses the key in the overlay; before it reaches sled and
+        // the tables, another caller writes the key settled. The read finds
+        // it in neither and notes that no table holds it. A checkpoint then
+        // moves the key into a table (out of the overlay and sled): a write
+        // expecting the key absent must find it there, not trust the note.
+        let dir = tempfile::TempDir::new().unwrap();
+        let j = Arc::new(SledJournal::open(dir.path()).unwrap());
+        let writer = j.clone();
+        *j.store().after_overlay_miss.lock().unwrap() = Some(Box::new(move || {
+            let theirs = put(Expect::Absent, b"theirs", &[]);
+            assert!(matches!(
+                block(writer.write(theirs)).unwrap(),
+                Written::Done { .. }
+            ));
+        }));
+        assert_eq!(block(j.load(Space::Ops, &K)).unwrap(), None, "overtaken");
+        j.store().checkpoint_now().join().unwrap();
+        assert_eq!(j.store().table_entries(), (1, 0), "the key is in a table");
+        let mine = put(Expect::Absent, b"mine", &[]);
+        assert!(matches!(block(j.write(mine)).unwrap(), Written::Conflict));
+        assert_eq!(
+            block(j.load(Space::Ops, &K)).unwrap().map(|l| l.body),
+            Some(b"theirs".to_vec())
+        );
+
+        // Without an install between, the note holds, and the write still
+        // sees what the overlay and sled hold.
+        let fresh = [7u8; 32];
+        let w = |body: &'static [u8]| Write {
+            key: &fresh,
+            ..put(Expect::Absent, body, &[])
+        };
+        assert_eq!(block(j.load(Space::Ops, &fresh)).unwrap(), None);
+        assert!(matches!(block(j.write(w(b"first"))).unwrap(), Written::Done { .. }));
+        assert!(matches!(block(j.write(w(b"second"))).unwrap(), Written::Conflict));
+    }
+
+    #[test]
     fn a_clean_close_leaves_no_log_to_replay() {
         let dir = tempfile::TempDir::new().unwrap();
         let j = SledJournal::open(dir.path()).unwrap();

@@ -30,8 +30,17 @@
 //! under the state lock, and the keys a running checkpoint takes out of
 //! sled are all still in the overlay until its install, so a write never
 //! needs to.)
+//!
+//! A fresh call reads its key, finds nothing, then writes it expecting it
+//! absent: two lookups that each probe every table's Bloom filter, the
+//! second under the state lock, and more of them as the tables grow. A
+//! read that found a key in no table notes so with the counter (and only
+//! if the counter had not moved, so the tables it probed are the state's
+//! tables); the next write of that key skips the tables while the counter
+//! is unchanged, since no table has been installed or merged since and a
+//! table never changes. The overlay and sled it reads as always.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -165,6 +174,9 @@ struct State {
     /// keys out of sled and when a checkpoint or merge is installed (see
     /// the module docs).
     installs: u64,
+    /// Keys a read found in no table, with `installs` as it was then (see
+    /// the module docs). Bounded by [`ABSENT_KEPT`].
+    absent: HashMap<(Tree, Digest), u64>,
     /// The next id a table or audit file gets.
     next_file: u64,
     merging: bool,
@@ -283,6 +295,7 @@ impl Store {
                 tables: Arc::new(tables),
                 audit: Arc::new(manifest.audit.clone()),
                 installs: 0,
+                absent: HashMap::new(),
                 next_file: manifest.next_file,
                 merging: false,
                 scrub_findings: None,
@@ -416,7 +429,14 @@ impl Store {
             // between) may have removed it from sled before this read got
             // there, with its table not among `tables`: then read again.
             let found = self.settled_value(&tables, tree, key)?;
-            if self.lock().installs == installs {
+            let mut st = self.lock();
+            if st.installs == installs {
+                if found.is_none() && tree != Tree::Escalations {
+                    if st.absent.len() >= ABSENT_KEPT {
+                        st.absent.clear();
+                    }
+                    st.absent.insert((tree, *key), installs);
+                }
                 break found;
             }
         };
@@ -431,7 +451,14 @@ impl Store {
         if let Some(why) = &st.broken {
             return Err(self.err("write", why.clone()));
         }
-        let old = self.current(&st, tree, w.key)?;
+        // Skips the tables when a read since the last install found the
+        // key in none of them (see the module docs).
+        let no_table = st.absent.remove(&(tree, *w.key)) == Some(st.installs);
+        let old = match st.overlay.get(&(tree, *w.key)) {
+            Some(p) => p.value.clone(),
+            None if no_table => self.settled_value(&[], tree, w.key)?,
+            None => self.settled_value(&st.tables, tree, w.key)?,
+        };
         let old_header = match &old {
             Some(b) => Some(
                 stored::parse(b)
@@ -1767,6 +1794,11 @@ impl Store {
 /// run each; on two vCPUs, a merge on a core of its own still slows the
 /// other core somewhat, which no priority changes).
 const MERGE_NICE: i32 = 10;
+
+/// Keys the store remembers a read found in no table: more than the calls
+/// in flight between a read and its write. Past it the memory is dropped
+/// (writes then probe the tables, as without it).
+const ABSENT_KEPT: usize = 4096;
 
 /// How much the scrub lowers its priority: all the way. It only looks for
 /// damage early, and can wait for an idle moment.
