@@ -1585,8 +1585,14 @@ mod tests {
             ..put(Expect::Absent, body, &[])
         };
         assert_eq!(block(j.load(Space::Ops, &fresh)).unwrap(), None);
-        assert!(matches!(block(j.write(w(b"first"))).unwrap(), Written::Done { .. }));
-        assert!(matches!(block(j.write(w(b"second"))).unwrap(), Written::Conflict));
+        assert!(matches!(
+            block(j.write(w(b"first"))).unwrap(),
+            Written::Done { .. }
+        ));
+        assert!(matches!(
+            block(j.write(w(b"second"))).unwrap(),
+            Written::Conflict
+        ));
     }
 
     #[test]

@@ -391,7 +391,13 @@ mod tests {
         // A removal that comes last wins as well.
         let mut fold = Fold::default();
         fold.add(&unit(1, vec![put(Tree::Ops, b"k", b"v")]));
-        fold.add(&unit(2, vec![Change::Remove { tree: Tree::Ops, key: b"k" }]));
+        fold.add(&unit(
+            2,
+            vec![Change::Remove {
+                tree: Tree::Ops,
+                key: b"k",
+            }],
+        ));
         assert_eq!(
             finals(&fold.arena, fold.changes),
             [(Tree::Ops, &b"k"[..], None)]
