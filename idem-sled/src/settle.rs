@@ -46,7 +46,9 @@ pub(super) struct Settled {
 
 /// The units a checkpoint covers, gathered as they are read: their puts,
 /// removals and events, and what they say of the log. Units are added one
-/// segment at a time, so a checkpoint holds this, not its log.
+/// segment at a time, so a checkpoint holds this and one segment, not its
+/// whole log: this is at most the segments' bytes without their framing
+/// (every put is kept, not only the last of each key).
 ///
 /// The byte strings are copied into one arena rather than each into an
 /// allocation of its own (a checkpoint of one 8 MiB segment gathers some
