@@ -39,9 +39,10 @@ pub(super) const RELEASE_EVERY: u32 = 8;
 /// callers' threads to flush their TLBs: 64 tasks writing a million
 /// operations made about 5 % fewer calls a second (alternated runs,
 /// 45,190-48,047/s against 48,227-50,865/s). So while writes keep coming, every
-/// [`RELEASE_EVERY`]th pass releases; a pass that finds the log quiet
-/// releases at once, so a journal whose load has ebbed holds no more than
-/// it needs. The closing release is unconditional (see `SledJournal`).
+/// [`RELEASE_EVERY`]th pass releases; a pass during which little was
+/// logged releases at once, so a journal whose load has ebbed holds no
+/// more than it needs after its next pass. The closing release is
+/// unconditional (see `SledJournal`).
 #[derive(Debug, Default)]
 pub(super) struct Releases {
     since: std::sync::atomic::AtomicU32,
