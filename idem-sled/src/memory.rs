@@ -30,6 +30,27 @@ pub(super) fn release() {
 /// journal is busy.
 pub(super) const RELEASE_EVERY: u32 = 8;
 
+/// Growth of the process's resident memory since the last release past
+/// which a busy pass releases without waiting for its turn: what the
+/// allocator holds freed between two releases stays within about this
+/// much (two default segments).
+pub(super) const GROWTH: u64 = 16 << 20;
+
+/// The process's resident memory in bytes (`/proc/self/statm`), where
+/// [`release`] does anything; `None` elsewhere or if it cannot be read.
+fn resident() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+        let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+        // SAFETY: sysconf only reads a system constant.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        u64::try_from(page).ok().map(|page| pages * page)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    None
+}
+
 /// When a checkpoint or a merge gives back what it freed.
 ///
 /// Each one frees megabytes (the segment it read, the folded records, the
@@ -41,25 +62,55 @@ pub(super) const RELEASE_EVERY: u32 = 8;
 /// 45,190-48,047/s against 48,227-50,865/s). So while writes keep coming, every
 /// [`RELEASE_EVERY`]th pass releases; a pass during which little was
 /// logged releases at once, so a journal whose load has ebbed holds no
-/// more than it needs after its next pass. The closing release is
+/// more than it needs after its next pass; and a busy pass that finds the
+/// process's resident memory grown by more than [`GROWTH`] since the last
+/// release releases without waiting for its turn, so what is held freed
+/// stays bounded however large the passes get. The closing release is
 /// unconditional (see `SledJournal`).
 #[derive(Debug, Default)]
 pub(super) struct Releases {
     since: std::sync::atomic::AtomicU32,
+    /// Resident bytes just after the last release; 0 until the first pass.
+    floor: std::sync::atomic::AtomicU64,
 }
 
 impl Releases {
     /// Called at the end of a checkpoint or merge; `quiet` says whether
     /// little was logged meanwhile. Returns whether it released.
     pub(super) fn after_pass(&self, quiet: bool) -> bool {
-        use std::sync::atomic::Ordering;
-        let passes = self.since.fetch_add(1, Ordering::Relaxed) + 1;
-        if !quiet && passes < RELEASE_EVERY {
+        if !self.due(quiet, resident()) {
             return false;
         }
-        self.since.store(0, Ordering::Relaxed);
         release();
+        self.released(resident());
         true
+    }
+
+    /// Whether a pass that ended with `resident` bytes resident (if known)
+    /// should release; counts the pass.
+    fn due(&self, quiet: bool, resident: Option<u64>) -> bool {
+        use std::sync::atomic::Ordering;
+        let passes = self.since.fetch_add(1, Ordering::Relaxed) + 1;
+        let grown = resident.is_some_and(|now| {
+            match self.floor.load(Ordering::Relaxed) {
+                // The first pass: where memory stands is the floor.
+                0 => {
+                    self.floor.store(now.max(1), Ordering::Relaxed);
+                    false
+                }
+                floor => now > floor.saturating_add(GROWTH),
+            }
+        });
+        quiet || grown || passes >= RELEASE_EVERY
+    }
+
+    /// A release happened, after which `resident` bytes were resident.
+    fn released(&self, resident: Option<u64>) {
+        use std::sync::atomic::Ordering;
+        self.since.store(0, Ordering::Relaxed);
+        if let Some(now) = resident {
+            self.floor.store(now.max(1), Ordering::Relaxed);
+        }
     }
 }
 
@@ -69,20 +120,45 @@ mod tests {
 
     #[test]
     fn a_busy_journal_releases_every_eighth_pass_and_a_quiet_one_at_once() {
+        // Without a resident figure: the count and quiet passes alone.
         let r = Releases::default();
-        let busy: Vec<bool> = (0..2 * RELEASE_EVERY)
-            .map(|_| r.after_pass(false))
-            .collect();
+        let pass = |quiet| {
+            let due = r.due(quiet, None);
+            if due {
+                r.released(None);
+            }
+            due
+        };
+        let busy: Vec<bool> = (0..2 * RELEASE_EVERY).map(|_| pass(false)).collect();
         let mut expected = vec![false; 2 * RELEASE_EVERY as usize];
         expected[RELEASE_EVERY as usize - 1] = true;
         expected[2 * RELEASE_EVERY as usize - 1] = true;
         assert_eq!(busy, expected);
         // Three busy passes, then a quiet one releases and starts the count
         // again.
-        assert!(!r.after_pass(false) && !r.after_pass(false) && !r.after_pass(false));
-        assert!(r.after_pass(true));
-        let next: Vec<bool> = (0..RELEASE_EVERY).map(|_| r.after_pass(false)).collect();
+        assert!(!pass(false) && !pass(false) && !pass(false));
+        assert!(pass(true));
+        let next: Vec<bool> = (0..RELEASE_EVERY).map(|_| pass(false)).collect();
         assert_eq!(next.iter().filter(|&&b| b).count(), 1);
         assert!(next[RELEASE_EVERY as usize - 1]);
+    }
+
+    #[test]
+    fn a_busy_pass_releases_early_once_resident_memory_grew_past_the_allowance() {
+        const MIB: u64 = 1 << 20;
+        let r = Releases::default();
+        // The first pass sets the floor, whatever it finds.
+        assert!(!r.due(false, Some(500 * MIB)));
+        assert!(!r.due(false, Some(500 * MIB + GROWTH)), "at the allowance");
+        assert!(r.due(false, Some(500 * MIB + GROWTH + 1)), "past it");
+        // After the release, the floor is where memory came back to: the
+        // same figure is no longer growth, and the count starts again.
+        r.released(Some(480 * MIB));
+        assert!(!r.due(false, Some(480 * MIB + GROWTH)));
+        assert!(r.due(false, Some(481 * MIB + GROWTH)));
+        // Unknown resident memory: only the count and quiet passes.
+        r.released(None);
+        let passes: Vec<bool> = (0..RELEASE_EVERY).map(|_| r.due(false, None)).collect();
+        assert_eq!(passes.iter().filter(|&&b| b).count(), 1);
     }
 }
