@@ -53,7 +53,7 @@ pub(super) struct Settled {
 /// The byte strings are copied into one arena rather than each into an
 /// allocation of its own (a checkpoint of one 8 MiB segment gathers some
 /// 50,000 of them), and the last value of each key is found once, by a
-/// sort, in [`write`].
+/// sort, in [`write()`].
 #[derive(Debug, Default)]
 pub(super) struct Fold {
     /// Every key, value and event's bytes, one after the other.

@@ -136,7 +136,7 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(View<'_>, &[u8]), String> {
 }
 
 /// The record as the trait hands it out. Claims in the sled journal are
-/// never live: one process owns the journal, and its [`crate::Local`]
+/// never live: one process owns the journal, and the runtime's `Local`
 /// table lists every driver.
 pub(super) fn loaded(h: Header, body: &[u8]) -> Loaded {
     Loaded {
