@@ -27,6 +27,10 @@
 //! - Leaders run in spawned tasks: a caller that stops waiting (its future
 //!   dropped) stops no one else's write. Its own write is skipped if it was
 //!   still queued, and runs to its end if it was already sent.
+//! - A leader dropped before it finished (its runtime shut down under it)
+//!   gives up its place and wakes the writes still queued: the first to
+//!   run starts a leader on its own runtime. Without that, writes queued
+//!   behind leaders of a runtime that went away waited for ever.
 //!
 //! Only immediate writes are grouped: an asynchronously committed one
 //! would make the whole transaction asynchronous, or wait for a flush it
@@ -37,7 +41,7 @@ use std::sync::{Arc, Mutex};
 
 use deadpool_postgres::tokio_postgres::Row;
 use deadpool_postgres::Pool;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 use crate::rows::{failure, pool_failure, Type};
 use idem_journal::error::Error;
@@ -93,6 +97,8 @@ struct Queue {
 /// The writes of one journal waiting to share a transaction.
 pub(crate) struct Group {
     queue: Mutex<Queue>,
+    /// Woken when a leader is dropped before it finished (see [`Leading`]).
+    vacated: Notify,
     pool: Pool,
     location: String,
     pooler: bool,
@@ -102,6 +108,7 @@ impl Group {
     pub(crate) fn new(pool: Pool, location: String, pooler: bool) -> Arc<Group> {
         Arc::new(Group {
             queue: Mutex::default(),
+            vacated: Notify::new(),
             pool,
             location,
             pooler,
@@ -110,22 +117,36 @@ impl Group {
 
     /// Runs `job`, alone or in a group.
     pub(crate) async fn write(self: &Arc<Self>, job: Job) -> Outcome {
-        let (reply, answer) = oneshot::channel();
-        {
-            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            queue.waiting.push_back(Waiting { job, reply });
-            if queue.leaders < LEADERS {
-                queue.leaders += 1;
-                tokio::spawn(Arc::clone(self).lead());
+        let (reply, mut answer) = oneshot::channel();
+        let mut job = Some(Waiting { job, reply });
+        loop {
+            // Registered before the queue is looked at: a leader dropped
+            // after this wakes it, one dropped before has left its place.
+            let vacated = self.vacated.notified();
+            tokio::pin!(vacated);
+            vacated.as_mut().enable();
+            {
+                let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                queue.waiting.extend(job.take());
+                if !queue.waiting.is_empty() && queue.leaders < LEADERS {
+                    queue.leaders += 1;
+                    tokio::spawn(Arc::clone(self).lead());
+                }
+            }
+            tokio::select! {
+                biased;
+                outcome = &mut answer => {
+                    return outcome.unwrap_or_else(|_| {
+                        Err(Error::storage(
+                            "write a record",
+                            &self.location,
+                            "the task writing it stopped before it answered; the write may or may not have happened",
+                        ))
+                    });
+                }
+                () = &mut vacated => {}
             }
         }
-        answer.await.unwrap_or_else(|_| {
-            Err(Error::storage(
-                "write a record",
-                &self.location,
-                "the task writing it stopped before it answered; the write may or may not have happened",
-            ))
-        })
     }
 
     /// Writes groups until none is waiting.
@@ -342,8 +363,13 @@ struct Leading<'a> {
 impl Drop for Leading<'_> {
     fn drop(&mut self) {
         if self.counted {
-            let mut queue = self.group.queue.lock().unwrap_or_else(|p| p.into_inner());
-            queue.leaders -= 1;
+            {
+                let mut queue = self.group.queue.lock().unwrap_or_else(|p| p.into_inner());
+                queue.leaders -= 1;
+            }
+            // Dropped mid-group: the queued writes' callers start the next
+            // leader (this task's runtime may be going away).
+            self.group.vacated.notify_waiters();
         }
     }
 }
@@ -427,4 +453,81 @@ pub(crate) async fn statement(
     }
     let stmt = client.prepare_typed_cached(&job.sql, &TYPES).await?;
     client.query(&stmt, &values).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deadpool_postgres::tokio_postgres::{Config, NoTls};
+    use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod};
+
+    /// A pool that is never reached: the tests here look at the queue.
+    fn pool() -> Pool {
+        let config: Config = "host=127.0.0.1 port=1 user=idem dbname=idem"
+            .parse()
+            .unwrap();
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        Pool::builder(manager)
+            .max_size(1)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .unwrap()
+    }
+
+    fn job() -> Job {
+        Job {
+            sql: "SELECT 1".into(),
+            space: 0,
+            key: vec![3; 32],
+            expected: 0,
+            body: Vec::new(),
+            escalated: false,
+            code: 0,
+            worker: None,
+            incarnation: None,
+            lease: 1.0,
+            keys: Vec::new(),
+            bytes: Vec::new(),
+            durable: true,
+            payload: String::new(),
+            commit: "on",
+            holder: String::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_queued_behind_a_dropped_leader_starts_a_leader_of_its_own() {
+        let group = Group::new(pool(), "test".into(), false);
+        // Every leader's place is taken, as by the leaders of another
+        // runtime whose groups wait on a lock.
+        group.queue.lock().unwrap().leaders = LEADERS;
+        let writing = tokio::spawn({
+            let group = Arc::clone(&group);
+            async move { group.write(job()).await }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(group.queue.lock().unwrap().waiting.len(), 1, "queued");
+        // That runtime shuts down: one of its leaders is dropped mid-group.
+        drop(Leading {
+            group: &group,
+            counted: true,
+        });
+        // The queued write is taken by a leader of this runtime.
+        let mut yields = 0;
+        while !group.queue.lock().unwrap().waiting.is_empty() && yields < 100 {
+            tokio::task::yield_now().await;
+            yields += 1;
+        }
+        assert!(
+            group.queue.lock().unwrap().waiting.is_empty(),
+            "the write still waits for a leader after {yields} turns"
+        );
+        writing.abort();
+    }
 }
