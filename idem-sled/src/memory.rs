@@ -161,4 +161,22 @@ mod tests {
         let passes: Vec<bool> = (0..RELEASE_EVERY).map(|_| r.due(false, None)).collect();
         assert_eq!(passes.iter().filter(|&&b| b).count(), 1);
     }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn a_release_starts_the_count_again_from_where_memory_came_back_to() {
+        use std::sync::atomic::Ordering;
+        let r = Releases::default();
+        assert!(
+            !r.after_pass(false),
+            "the first busy pass only sets the floor"
+        );
+        assert!(r.after_pass(true), "a quiet pass releases");
+        assert_eq!(r.since.load(Ordering::Relaxed), 0);
+        let floor = r.floor.load(Ordering::Relaxed);
+        assert!(
+            floor > 1,
+            "the floor is this process's resident memory: {floor}"
+        );
+    }
 }

@@ -1360,7 +1360,7 @@ impl Store {
             self.clone().start_image(m);
         }
         self.maybe_merge();
-        let _released = self.after_background_pass(mark);
+        self.after_background_pass(mark);
     }
 
     /// Where the log stands: its segment and that segment's length. Taken
@@ -1381,8 +1381,8 @@ impl Store {
     /// rotation" held after nearly every checkpoint, and every one of them
     /// released (64 tasks, a million operations, alternated: 43,294 /
     /// 45,357 / 38,459 against 48,075 / 48,808 / 42,093 calls a second).
-    fn after_background_pass(&self, mark: (u64, u64)) -> bool {
-        self.releases.after_pass(self.quiet_since(mark))
+    fn after_background_pass(&self, mark: (u64, u64)) {
+        self.releases.after_pass(self.quiet_since(mark));
     }
 
     /// Whether the log stayed quiet since `mark`: the same segment, grown
@@ -1730,7 +1730,7 @@ impl Store {
             };
             let mark = self.log_mark();
             let merged = self.merge(&inputs, oldest);
-            let _released = self.after_background_pass(mark);
+            self.after_background_pass(mark);
             if let Err(e) = merged {
                 if !self.closing.load(Ordering::Relaxed) {
                     tracing::warn!(
