@@ -1,6 +1,6 @@
 //! The sled journal's directory and its own small files: `idem-meta` (what
 //! the directory is, written once, before anything else), `idem-manifest`
-//! (format 4: what the journal holds as of the last checkpoint: sled's
+//! (formats 4 and 5: what the journal holds as of the last checkpoint: sled's
 //! digest, its tables and audit files) and `idem-log-end` (how far the log
 //! was durable at the last clean close). A journal of format 2 or 3 has
 //! `idem-checkpoint` instead of the manifest, until it is converted. Each
@@ -23,13 +23,20 @@ pub(super) const MANIFEST: &str = "idem-manifest";
 pub(super) const LOG_END: &str = "idem-log-end";
 
 pub(super) const MAGIC: &str = "idem-journal";
-/// Version of the journal's directory format written by this build: 4
+/// Version of the journal's directory format written by this build: 5
 /// keeps settled records in tables and the audit stream in audit files,
-/// sled only what can still change (`settle.rs`), under a manifest.
-pub(super) const FORMAT: u32 = 4;
-/// The previous format, which this build opens and converts to
-/// [`FORMAT`] (`legacy.rs`): everything in sled, the audit stream in
-/// compressed buckets of 128 numbers, under `idem-checkpoint`.
+/// sled only what can still change (`settle.rs`), under a manifest, as 4
+/// did; its tables' Bloom filters are blocked (`table.rs`, `IDEMTBL2`).
+pub(super) const FORMAT: u32 = 5;
+/// The previous format: the same files, tables with classic filters only
+/// (`IDEMTBL1`). This build reads those tables as they are (merges rewrite
+/// them in time) and marks the journal [`FORMAT`] at open, before it
+/// writes a table of its own, so that a build of format 4 refuses it
+/// clearly instead of calling the new tables damaged.
+pub(super) const FORMAT_4: u32 = 4;
+/// The format before, which this build opens and converts to [`FORMAT`]
+/// (`legacy.rs`): everything in sled, the audit stream in compressed
+/// buckets of 128 numbers, under `idem-checkpoint`.
 pub(super) const FORMAT_3: u32 = 3;
 /// The format before it, converted the same way: audit buckets of 32
 /// numbers, uncompressed.

@@ -1,5 +1,5 @@
-//! The embedded journal (format 4): settled records live in tables
-//! (`table.rs`), the audit stream in audit files (`audit.rs`), what can
+//! The embedded journal (format 5; format 4 is read and marked 5 at open,
+//! see `files.rs`): settled records live in tables (`table.rs`), the audit stream in audit files (`audit.rs`), what can
 //! still change in sled 0.34, all named by a manifest; a write-ahead log
 //! (`wal.rs`) holds everything since the last checkpoint, and the store
 //! (`store.rs`) serves the lot. The log segments a checkpoint settled stay,
@@ -188,6 +188,7 @@ impl SledJournal {
 
         // 2. What the directory is.
         let mut legacy = None;
+        let mut format_4 = None;
         match files::read::<Meta>(&path, files::META, Kind::Meta)? {
             Some(meta) => {
                 if meta.magic != files::MAGIC {
@@ -195,6 +196,8 @@ impl SledJournal {
                 }
                 if meta.format == files::FORMAT_2 || meta.format == files::FORMAT_3 {
                     legacy = Some(meta);
+                } else if meta.format == files::FORMAT_4 {
+                    format_4 = Some(meta);
                 } else if meta.format != files::FORMAT {
                     return Err(Error::UnsupportedFormat {
                         path,
@@ -305,6 +308,30 @@ impl SledJournal {
         })?;
         let trees = opened.trees;
         stop_here("Purged")?;
+        if let Some(meta) = format_4 {
+            // Nothing to convert: this build reads format 4's tables as
+            // they are. Marked before the first table of this build is
+            // written (just below, or by the store's checkpoints and
+            // merges), so that a build of format 4 refuses the journal as
+            // newer than it reads instead of calling that table damaged.
+            files::write(
+                &path,
+                files::META,
+                Kind::Meta,
+                &Meta {
+                    format: files::FORMAT,
+                    ..meta
+                },
+            )?;
+            tracing::info!(
+                target: "idem::journal",
+                location = %location,
+                from = files::FORMAT_4,
+                to = files::FORMAT,
+                "journal marked as the current format: its tables are read as they are, new \
+                 ones get blocked Bloom filters"
+            );
+        }
 
         // 6. A checkpoint of the log, then a fresh segment. The segments
         // stay (the copy that repairs sled) except those an image covers,
@@ -634,7 +661,8 @@ pub(super) enum Stop {
     Converted,
     /// The manifest names them; the metadata still says 2 or 3.
     ManifestWritten,
-    /// The metadata says 4; sled still holds the old copies.
+    /// The metadata says the current format; sled still holds the old
+    /// copies.
     MarkedFormat4,
     /// sled's old copies are gone; the manifest still says they are there.
     Purged,
@@ -663,8 +691,9 @@ fn stop_here(#[allow(unused_variables)] here: &'static str) -> Result<(), Error>
 /// to sled, sled's whole content checked and repaired if need be, a
 /// checkpoint written), then converts it (`legacy.rs`): a table and an
 /// audit file of what sled held, the manifest naming them, the metadata
-/// marked format 4. sled is closed on return; the open that follows
-/// removes sled's old copies and goes on as for any journal of format 4.
+/// marked the current format ([`files::FORMAT`]). sled is closed on
+/// return; the open that follows removes sled's old copies and goes on as
+/// for any journal of the current format.
 fn open_legacy(
     path: &Path,
     location: &str,
@@ -744,7 +773,7 @@ fn open_legacy(
             detail: format!("convert the journal to format {}: {detail}", files::FORMAT),
         },
         apply::Failed::Io(detail) => {
-            Error::storage("convert the journal to format 4", location, detail)
+            Error::storage("convert the journal to tables", location, detail)
         }
     })?;
     stop_here("Converted")?;

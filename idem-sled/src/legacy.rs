@@ -1,4 +1,5 @@
-//! Journals of formats 2 and 3, and their conversion to format 4.
+//! Journals of formats 2 and 3, and their conversion to tables (format 4's
+//! layout, marked as the current format).
 //!
 //! Before format 4 sled held everything: every record, and the audit
 //! stream in buckets (`events.rs`), with a content digest over all of it
@@ -8,7 +9,7 @@
 //! converted once ([`convert`]): its settled records written into one
 //! table and its events into one audit file, both fsynced, a manifest
 //! naming them written (marked `legacy_sled`: sled still holds copies),
-//! `idem-meta` marked format 4, and the copies removed from sled. A crash
+//! `idem-meta` marked the current format, and the copies removed from sled. A crash
 //! anywhere in between leaves either the old journal (no manifest yet, or
 //! a manifest nobody reads because the metadata still says 3: the
 //! conversion starts over) or the new one (a manifest marked

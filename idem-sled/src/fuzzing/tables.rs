@@ -27,6 +27,10 @@ pub(crate) const BUILD: u8 = 2;
 /// Flag of [`tables()`]'s first byte: open the file with its size known,
 /// as the journal does with the size its manifest recorded.
 pub(crate) const SIZE: u8 = 4;
+/// Flag of [`tables()`]'s first byte, with [`BUILD`]: the harness writes a
+/// table as journal format 4 did, with a classic Bloom filter (else a
+/// blocked one, as this build writes).
+pub(crate) const CLASSIC: u8 = 8;
 /// Bit of a damage operation's first byte: cut the file there.
 pub(crate) const TRUNCATE: u8 = 1;
 /// Bit of a damage operation's first byte: recompute the checksums that
@@ -64,7 +68,8 @@ type Entry = (Key, Option<Vec<u8>>);
 ///
 /// Input: `[flags][p][q][rest]`. Flag [`AUDIT`] (1) picks an audit file,
 /// else a table. Flag [`SIZE`] (4) opens the file with its size known, as
-/// the journal does with the size its manifest recorded. `p` and `q` pick
+/// the journal does with the size its manifest recorded. Flag [`CLASSIC`]
+/// (8) builds a table of the older filter layout. `p` and `q` pick
 /// where reads start and how many events they take.
 ///
 /// Raw mode (no flag [`BUILD`]): `rest` is the file (`idem-table.…` or
@@ -198,7 +203,12 @@ fn table_file(dir: &Path, flags: u8, p: u8, q: u8, rest: &[u8]) -> Outcome {
     let (len, written, knows) = if flags & BUILD != 0 {
         let (param, ops, specs) = build_parts(rest);
         let entries = table_entries(specs);
-        let good = write_table(dir, &entries, param);
+        let layout = if flags & CLASSIC != 0 {
+            table::Layout::Classic
+        } else {
+            table::Layout::Blocked
+        };
+        let good = write_table(dir, &entries, param, layout);
         let mut bytes = good.clone();
         let forged = damage(&mut bytes, &Layout::of_table(&good), ops);
         put(&path, &bytes);
@@ -542,9 +552,9 @@ fn table_entries(specs: &[u8]) -> Vec<Entry> {
 }
 
 /// Writes table [`ID`] of `entries` with the journal's writer; its bytes.
-fn write_table(dir: &Path, entries: &[Entry], param: u8) -> Vec<u8> {
+fn write_table(dir: &Path, entries: &[Entry], param: u8, layout: table::Layout) -> Vec<u8> {
     let expected = entries.len() as u64 * u64::from(param) / 16;
-    let mut w = table::Writer::create(dir, ID, expected).expect("a scratch table");
+    let mut w = table::Writer::create_as(dir, ID, expected, layout).expect("a scratch table");
     for (k, v) in entries {
         w.add(k, v.as_deref()).expect("entries in key order");
     }
@@ -988,7 +998,19 @@ pub(crate) fn tables_seeds() -> Vec<(String, Vec<u8>)> {
         input
     };
     let scratch = Scratch::new();
-    let table_bytes = write_table(&scratch.0, &table_entries(&entries), 16);
+    let table_bytes = write_table(
+        &scratch.0,
+        &table_entries(&entries),
+        16,
+        table::Layout::Blocked,
+    );
+    std::fs::remove_file(table::path(&scratch.0, ID)).expect("written");
+    let classic_bytes = write_table(
+        &scratch.0,
+        &table_entries(&entries),
+        16,
+        table::Layout::Classic,
+    );
     let ev = audit_events(1, &events);
     audit::write(&scratch.0, ID, ev.iter().map(|(s, b)| (*s, &b[..]))).expect("written");
     let audit_bytes = std::fs::read(audit::path(&scratch.0, ID)).expect("written");
@@ -1002,6 +1024,11 @@ pub(crate) fn tables_seeds() -> Vec<(String, Vec<u8>)> {
     vec![
         ("table-raw".into(), raw(SIZE, table_bytes)),
         ("table-built".into(), built(SIZE, 16, &[], &entries)),
+        ("table-classic-raw".into(), raw(SIZE, classic_bytes)),
+        (
+            "table-classic-built".into(),
+            built(CLASSIC | SIZE, 16, &[], &entries),
+        ),
         ("table-fixed-page".into(), built(0, 16, &[page], &entries)),
         (
             "table-fixed-footer-count".into(),

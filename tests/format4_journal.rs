@@ -1,0 +1,174 @@
+//! A journal written by the last build of format 4 (tables whose Bloom
+//! filters are classic) opens with this build: its tables are read as
+//! they are, the journal is marked format 5 before a table of the new
+//! layout is written, and old and new tables answer together, across
+//! checkpoints, merges and reopens.
+//!
+//! `tests/fixtures/format4-journal/` was written by idem at commit fd730a0
+//! (journal format 4) with the program kept beside it
+//! (`make_fixture4.rs`, the same tools as here), with checkpoints every
+//! 8 KiB of log so that settled records are in tables: 400 `charge` calls
+//! (every tenth declined), three `wire` calls escalated after an
+//! ambiguous failure, one memoized step, a clean close; then ten more
+//! `charge` calls made durable and the process ended without closing, so
+//! those are in its log only.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use idem::{tool, Classify, Ctx, Failure, Runtime, SledOptions};
+
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Debug)]
+pub struct E(bool);
+
+impl std::fmt::Display for E {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0 {
+            "timed out after sending"
+        } else {
+            "declined"
+        })
+    }
+}
+
+impl Classify for E {
+    fn classify(&self) -> Failure {
+        if self.0 {
+            Failure::Ambiguous { retry_after: None }
+        } else {
+            Failure::Semantic
+        }
+    }
+}
+
+#[tool(class = "provider", key = "n")]
+async fn charge(ctx: &Ctx, n: u64) -> Result<String, E> {
+    let _ = ctx;
+    CALLS.fetch_add(1, Ordering::SeqCst);
+    Ok(format!("ch_{n:06}"))
+}
+
+#[tool(class = "at_most_once", key = "n")]
+async fn wire(ctx: &Ctx, n: u64) -> Result<String, E> {
+    let _ = (ctx, n);
+    CALLS.fetch_add(1, Ordering::SeqCst);
+    Err(E(true))
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(to).unwrap();
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+    }
+}
+
+/// Checkpoints every 8 KiB of log, as the fixture was written: new
+/// tables, and merges of old ones with new ones.
+fn open(journal: &Path) -> Runtime {
+    Runtime::builder()
+        .path(journal)
+        .sled_options(SledOptions {
+            checkpoint_bytes: 8 << 10,
+            ..SledOptions::default()
+        })
+        .open()
+        .unwrap()
+}
+
+/// The magic each table file of `journal` starts with.
+fn table_magics(journal: &Path) -> Vec<String> {
+    let mut magics: Vec<String> = std::fs::read_dir(journal)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("idem-table."))
+        })
+        .map(|p| String::from_utf8_lossy(&std::fs::read(p).unwrap()[..8]).into_owned())
+        .collect();
+    magics.sort();
+    magics
+}
+
+/// Everything the fixture held, and the calls of this test after it
+/// (`charge` of `extra`), answered from the journal: no tool runs.
+async fn check(rt: &Runtime, extra: std::ops::Range<u64>) {
+    let before = CALLS.load(Ordering::SeqCst);
+    let ctx = rt.run("fixture");
+    for n in (0..410).filter(|n| n % 10 != 9).chain(extra) {
+        let got = charge(&ctx, n).await.unwrap();
+        assert_eq!(got, format!("ch_{n:06}"), "operation {n}");
+    }
+    assert_eq!(
+        CALLS.load(Ordering::SeqCst),
+        before,
+        "a replay called the tool"
+    );
+    let escalated = rt.escalations().await.unwrap();
+    assert_eq!(escalated.len(), 3, "{escalated:?}");
+    for n in 0..3 {
+        let e = wire(&ctx, n).await.unwrap_err();
+        assert!(matches!(e, idem::ToolError::Escalated { .. }), "{e:?}");
+    }
+    assert_eq!(
+        CALLS.load(Ordering::SeqCst),
+        before,
+        "an escalated call ran"
+    );
+    let v: u64 = ctx.step("pick", async { Ok::<u64, E>(7) }).await.unwrap();
+    assert_eq!(v, 4242, "the memoized step's value");
+    let events = rt.audit(0).await.unwrap();
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert!(seqs.len() > 1_000, "{} events", seqs.len());
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "the stream has gaps"
+    );
+}
+
+#[tokio::test]
+async fn a_journal_of_format_4_opens_with_its_tables_and_grows_tables_of_the_new_layout() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format4-journal");
+    let dir = tempfile::TempDir::new().unwrap();
+    let journal = dir.path().join("journal");
+    copy_dir(&fixture, &journal);
+    let meta = |journal: &Path| std::fs::read(journal.join("idem-meta")).unwrap();
+    let marked = |m: &[u8], format: u8| {
+        m.windows(13)
+            .any(|w| w == [b"idem-journal" as &[u8], &[format]].concat())
+    };
+    assert!(marked(&meta(&journal), 4), "the fixture is of format 4");
+    let old = table_magics(&journal);
+    assert!(
+        old.len() >= 2 && old.iter().all(|m| m == "IDEMTBL1"),
+        "{old:?}"
+    );
+    {
+        let rt = open(&journal);
+        assert!(marked(&meta(&journal), 5), "marked format 5 at open");
+        check(&rt, 0..0).await;
+        // New calls: checkpoints write tables of the new layout beside
+        // the old ones.
+        let ctx = rt.run("fixture");
+        for n in 1000..1400 {
+            charge(&ctx, n).await.unwrap();
+        }
+        assert_eq!(CALLS.load(Ordering::SeqCst), 400);
+        rt.sync().await.unwrap();
+    }
+    let mixed = table_magics(&journal);
+    assert!(mixed.iter().any(|m| m == "IDEMTBL2"), "{mixed:?}");
+    let rt = open(&journal);
+    check(&rt, 1000..1400).await;
+}
