@@ -1037,8 +1037,8 @@ mod tests {
         // one's: a header changed from one layout to the other, checksums
         // and all, is refused at open, not read with the wrong probes.
         let dir = tempfile::tempdir().unwrap();
-        let w = Writer::create_as(dir.path(), 9, 3, Layout::Classic).unwrap();
-        let mut w = w;
+        // A filter for 100 keys: 125 bytes, more than a block.
+        let mut w = Writer::create_as(dir.path(), 9, 100, Layout::Classic).unwrap();
         w.add(&k(1), Some(b"v")).unwrap();
         let written = w.finish().unwrap();
         let file = path(dir.path(), 9);
