@@ -57,7 +57,7 @@ pub struct SledOptions {
     /// this, the changes since the last checkpoint (at most about three
     /// times `checkpoint_bytes`: under a load that outruns checkpoints,
     /// writers wait for them), and what grows with the history: each
-    /// table's Bloom filter and page index, about 2.5 MB per million
+    /// table's Bloom filter and page index, about 2.75 MB per million
     /// settled records (settled records and the audit stream themselves
     /// stay on disk). sled counts a page by its size on disk; in memory it
     /// takes up to about twice that.
