@@ -382,11 +382,15 @@ impl Store {
         if tree == Tree::Escalations {
             return Ok(None);
         }
-        match table::find(tables, &table::key(tree as u8, key)) {
-            Ok(Found::No | Found::Removed) => Ok(None),
-            Ok(Found::Value(v)) => Ok(Some(Arc::from(v))),
-            Err((t, e)) => Err(self.table_err(&t.path, e)),
+        let k = table::key(tree as u8, key);
+        for t in tables.iter().rev() {
+            match t.get(&k).map_err(|e| self.table_err(&t.path, e))? {
+                Found::No => continue,
+                Found::Removed => return Ok(None),
+                Found::Value(v) => return Ok(Some(Arc::from(v))),
+            }
         }
+        Ok(None)
     }
 
     /// The newest bytes of a key, under the state lock (which keeps a

@@ -37,7 +37,6 @@ use std::fs::{self, File};
 use std::io::{self, Write as _};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use idem_journal::record::crc32;
 
@@ -202,22 +201,6 @@ fn blocked_hashes(k: &Key) -> (u64, u64) {
     (block, crate::digest::mix64(b ^ c.rotate_left(32) ^ block))
 }
 
-/// A key with its hashes for either layout, computed once for a lookup
-/// that consults many tables.
-pub(super) struct Probe {
-    classic: (u64, u64),
-    blocked: (u64, u64),
-}
-
-impl Probe {
-    pub(super) fn of(k: &Key) -> Probe {
-        Probe {
-            classic: bloom_hashes(k),
-            blocked: blocked_hashes(k),
-        }
-    }
-}
-
 impl Bloom {
     /// An empty filter for about `entries` keys.
     fn with_capacity(entries: u64, layout: Layout) -> Bloom {
@@ -246,21 +229,21 @@ impl Bloom {
         }
     }
 
-    /// The byte and bit of each of a key's probes in a filter of `len`
-    /// bytes, from the key's hashes for that layout.
+    /// The byte and bit of each of `k`'s probes in a filter of `len`
+    /// bytes.
     fn probes(
         layout: Layout,
         len: usize,
         probes: u8,
-        hashes: (u64, u64),
+        k: &Key,
     ) -> impl Iterator<Item = (usize, u8)> {
         let (first, step, base, m) = match layout {
             Layout::Classic => {
-                let (h1, h2) = hashes;
+                let (h1, h2) = bloom_hashes(k);
                 (h1, h2, 0, len as u64 * 8)
             }
             Layout::Blocked => {
-                let (block, bits) = hashes;
+                let (block, bits) = blocked_hashes(k);
                 let blocks = (len / BLOCK) as u64;
                 // The block: `block · blocks / 2⁶⁴`, a range reduction
                 // without a division.
@@ -277,37 +260,15 @@ impl Bloom {
         })
     }
 
-    fn hashes(&self, p: &Probe) -> (u64, u64) {
-        match self.layout {
-            Layout::Classic => p.classic,
-            Layout::Blocked => p.blocked,
-        }
-    }
-
     fn insert(&mut self, k: &Key) {
-        let hashes = self.hashes(&Probe::of(k));
-        for (byte, mask) in Bloom::probes(self.layout, self.bits.len(), self.probes, hashes) {
+        for (byte, mask) in Bloom::probes(self.layout, self.bits.len(), self.probes, k) {
             self.bits[byte] |= mask;
         }
     }
 
     fn may_contain(&self, k: &Key) -> bool {
-        self.may_hold(&Probe::of(k))
-    }
-
-    fn may_hold(&self, p: &Probe) -> bool {
-        let probes = Bloom::probes(self.layout, self.bits.len(), self.probes, self.hashes(p));
-        match self.layout {
-            // Probes all over the filter: stop at the first clear bit.
-            Layout::Classic => probes
-                .into_iter()
-                .all(|(byte, mask)| self.bits[byte] & mask != 0),
-            // One cache line: every probe, without a branch that waits on
-            // the load, so that the lines of many tables load at once.
-            Layout::Blocked => probes.into_iter().fold(true, |all, (byte, mask)| {
-                all & (self.bits[byte] & mask != 0)
-            }),
-        }
+        Bloom::probes(self.layout, self.bits.len(), self.probes, k)
+            .all(|(byte, mask)| self.bits[byte] & mask != 0)
     }
 }
 
@@ -696,12 +657,6 @@ impl Table {
         if !self.bloom.may_contain(k) {
             return Ok(Found::No);
         }
-        self.get_past_filter(k)
-    }
-
-    /// What the table says of `k`, which its filter let through: its
-    /// page, read and searched.
-    fn get_past_filter(&self, k: &Key) -> Result<Found, ReadError> {
         let Some(i) = self.page_for(k) else {
             return Ok(Found::No);
         };
@@ -786,35 +741,6 @@ impl Table {
         }
         Ok(())
     }
-}
-
-/// What the newest of `tables` (oldest first) that knows `k` says of it:
-/// [`Found::No`] if none does; on an error, the table that failed.
-///
-/// Every table's filter is consulted first, in one pass whose loads do
-/// not wait on each other (a blocked filter's check has no branch on its
-/// load), so that the cache misses of many tables overlap instead of
-/// following one another; then the pages of the tables the filters let
-/// through, newest first.
-pub(super) fn find<'a>(tables: &'a [Arc<Table>], k: &Key) -> Result<Found, (&'a Table, ReadError)> {
-    let probe = Probe::of(k);
-    for chunk in tables.rchunks(64) {
-        let mut maybe = 0u64;
-        for (i, t) in chunk.iter().enumerate() {
-            maybe |= u64::from(t.bloom.may_hold(&probe)) << i;
-        }
-        for (i, t) in chunk.iter().enumerate().rev() {
-            if maybe >> i & 1 == 0 {
-                continue;
-            }
-            match t.get_past_filter(k) {
-                Ok(Found::No) => continue,
-                Ok(found) => return Ok(found),
-                Err(e) => return Err((t, e)),
-            }
-        }
-    }
-    Ok(Found::No)
 }
 
 /// A cursor over a page's plain bytes.
@@ -1026,8 +952,7 @@ mod tests {
         let mut used = std::collections::HashSet::new();
         for _ in 0..10_000 {
             let k = rand_key();
-            let hashes = b.hashes(&Probe::of(&k));
-            let at: Vec<usize> = Bloom::probes(b.layout, b.bits.len(), b.probes, hashes)
+            let at: Vec<usize> = Bloom::probes(b.layout, b.bits.len(), b.probes, &k)
                 .map(|(byte, _)| byte / BLOCK)
                 .collect();
             assert_eq!(at.len(), usize::from(BLOOM_PROBES));
@@ -1135,74 +1060,6 @@ mod tests {
                 assert!(d.detail.contains("sections"), "{}", d.detail)
             }
             other => panic!("open: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn find_answers_from_the_newest_table_that_knows_the_key_past_64_tables() {
-        // 70 tables, oldest first: `rchunks(64)` makes the six oldest a
-        // chunk of their own, consulted last.
-        let dir = tempfile::tempdir().unwrap();
-        let (everywhere, hidden, oldest, absent) = (k(1), k(2), k(3), k(4));
-        let mut tables = Vec::new();
-        for id in 1..=70u64 {
-            let mut w = Writer::create_as(
-                dir.path(),
-                id,
-                4,
-                if id % 3 == 0 {
-                    Layout::Classic
-                } else {
-                    Layout::Blocked
-                },
-            )
-            .unwrap();
-            let v = format!("v{id}");
-            w.add(&everywhere, (id <= 68).then_some(v.as_bytes()))
-                .unwrap();
-            if id <= 60 {
-                w.add(&hidden, Some(v.as_bytes())).unwrap();
-            } else if id == 66 {
-                w.add(&hidden, None).unwrap();
-            }
-            if id == 1 {
-                w.add(&oldest, Some(b"first")).unwrap();
-            }
-            let written = w.finish().unwrap();
-            tables.push(Arc::new(
-                Table::open(dir.path(), id, Some(written.bytes)).unwrap(),
-            ));
-        }
-        let found = |key: &Key| find(&tables, key).map_err(|(t, e)| (t.id, e)).unwrap();
-        // Table 70 removed it, so older values are out of date.
-        assert_eq!(found(&everywhere), Found::Removed);
-        assert_eq!(
-            find(&tables[..68], &everywhere)
-                .map_err(|(t, _)| t.id)
-                .unwrap(),
-            Found::Value(b"v68".to_vec())
-        );
-        assert_eq!(found(&hidden), Found::Removed);
-        assert_eq!(
-            find(&tables[..65], &hidden).map_err(|(t, _)| t.id).unwrap(),
-            Found::Value(b"v60".to_vec())
-        );
-        assert_eq!(found(&oldest), Found::Value(b"first".to_vec()));
-        assert_eq!(found(&absent), Found::No);
-        assert_eq!(
-            find(&[], &oldest).map_err(|(t, _)| t.id).unwrap(),
-            Found::No
-        );
-        // Damage in the page that holds it is an error naming the table.
-        let f = fs::OpenOptions::new()
-            .write(true)
-            .open(path(dir.path(), 1))
-            .unwrap();
-        f.write_all_at(&[0xff; 4], (HEADER_LEN + PAGE_HEAD + 3) as u64)
-            .unwrap();
-        match find(&tables, &oldest) {
-            Err((t, ReadError::Damaged(_))) => assert_eq!(t.id, 1),
-            other => panic!("{:?}", other.map_err(|(t, e)| (t.id, e))),
         }
     }
 
