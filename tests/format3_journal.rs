@@ -4,71 +4,20 @@
 //!
 //! `tests/fixtures/format3-journal/` was written by idem at commit
 //! 15c5ab1 (journal format 3) with the program kept beside it
-//! (`make_fixture.rs`, the same tools as here): fifty `charge` calls (every
+//! (`make_fixture.rs`, the same tools as `support/old_journal.rs`): fifty `charge` calls (every
 //! tenth declined), three `wire` calls escalated after an ambiguous
 //! failure, one memoized step, a clean close; then ten more `charge`
 //! calls made durable and the process ended without closing, so the last
 //! ones are in its log only.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
-use idem::{tool, Classify, Ctx, Failure, Runtime};
+use idem::Runtime;
 
-static CALLS: AtomicU64 = AtomicU64::new(0);
-
-#[derive(Debug)]
-pub struct E(bool);
-
-impl std::fmt::Display for E {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0 {
-            "timed out after sending"
-        } else {
-            "declined"
-        })
-    }
-}
-
-impl Classify for E {
-    fn classify(&self) -> Failure {
-        if self.0 {
-            Failure::Ambiguous { retry_after: None }
-        } else {
-            Failure::Semantic
-        }
-    }
-}
-
-#[tool(class = "provider", key = "n")]
-async fn charge(ctx: &Ctx, n: u64) -> Result<String, E> {
-    let _ = ctx;
-    CALLS.fetch_add(1, Ordering::SeqCst);
-    Ok(format!("ch_{n:06} again"))
-}
-
-#[tool(class = "at_most_once", key = "n")]
-async fn wire(ctx: &Ctx, n: u64) -> Result<String, E> {
-    let _ = (ctx, n);
-    CALLS.fetch_add(1, Ordering::SeqCst);
-    Err(E(true))
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(to).unwrap();
-    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
-        }
-    }
-}
+#[path = "support/old_journal.rs"]
+mod old_journal;
+use old_journal::{charge, copy_dir, wire, CALLS, E};
 
 async fn check(rt: &Runtime) {
     let ctx = rt.run("fixture");

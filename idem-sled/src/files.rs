@@ -172,6 +172,16 @@ pub(super) fn write<T: Serialize>(
         .map_err(|e| Error::storage("write", &dir.join(name).display().to_string(), e))
 }
 
+/// Marks the journal in `dir` as of this build's format ([`FORMAT`]),
+/// atomically and durably, keeping what else `meta` says.
+pub(super) fn mark_current_format(dir: &Path, meta: &Meta) -> Result<(), Error> {
+    let marked = Meta {
+        format: FORMAT,
+        ..meta.clone()
+    };
+    write(dir, META, Kind::Meta, &marked)
+}
+
 /// The admin API's bearer token and address (the admin API of idem). They
 /// are accepted in every build, not only with feature `admin`, so that a
 /// journal once served by the admin API still opens in a program without it.

@@ -314,15 +314,7 @@ impl SledJournal {
             // written (just below, or by the store's checkpoints and
             // merges), so that a build of format 4 refuses the journal as
             // newer than it reads instead of calling that table damaged.
-            files::write(
-                &path,
-                files::META,
-                Kind::Meta,
-                &Meta {
-                    format: files::FORMAT,
-                    ..meta
-                },
-            )?;
+            files::mark_current_format(&path, &meta)?;
             tracing::info!(
                 target: "idem::journal",
                 location = %location,
@@ -779,15 +771,7 @@ fn open_legacy(
     stop_here("Converted")?;
     files::write(path, files::MANIFEST, Kind::Checkpoint, &manifest)?;
     stop_here("ManifestWritten")?;
-    files::write(
-        path,
-        files::META,
-        Kind::Meta,
-        &Meta {
-            format: files::FORMAT,
-            ..meta
-        },
-    )?;
+    files::mark_current_format(path, &meta)?;
     stop_here("MarkedFormat4")?;
     tracing::info!(
         target: "idem::journal",
