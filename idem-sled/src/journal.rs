@@ -1,8 +1,9 @@
 //! The embedded journal (format 5; format 4 is read and marked 5 at open,
-//! see `files.rs`): settled records live in tables (`table.rs`), the audit stream in audit files (`audit.rs`), what can
-//! still change in sled 0.34, all named by a manifest; a write-ahead log
-//! (`wal.rs`) holds everything since the last checkpoint, and the store
-//! (`store.rs`) serves the lot. The log segments a checkpoint settled stay,
+//! see `files.rs`): settled records live in tables (`table.rs`), the
+//! audit stream in audit files (`audit.rs`), what can still change in
+//! sled 0.34, all named by a manifest; a write-ahead log (`wal.rs`) holds
+//! everything since the last checkpoint, and the store (`store.rs`)
+//! serves the lot. The log segments a checkpoint settled stay,
 //! with an image of sled (`image.rs`), as a second copy of sled's content:
 //! sled alone does not survive power loss intact.
 //!

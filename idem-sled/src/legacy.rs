@@ -9,10 +9,10 @@
 //! converted once ([`convert`]): its settled records written into one
 //! table and its events into one audit file, both fsynced, a manifest
 //! naming them written (marked `legacy_sled`: sled still holds copies),
-//! `idem-meta` marked the current format, and the copies removed from sled. A crash
-//! anywhere in between leaves either the old journal (no manifest yet, or
-//! a manifest nobody reads because the metadata still says 3: the
-//! conversion starts over) or the new one (a manifest marked
+//! `idem-meta` marked the current format, and the copies removed from
+//! sled. A crash anywhere in between leaves either the old journal (no
+//! manifest yet, or a manifest nobody reads because the metadata still
+//! says 3: the conversion starts over) or the new one (a manifest marked
 //! `legacy_sled`, whose next open removes the copies before it checks
 //! sled against the manifest's digest).
 
