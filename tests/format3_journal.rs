@@ -1,14 +1,14 @@
-//! A journal written by the last release of the previous format (3:
-//! everything in sled) opens with this build: converted on open, durably,
-//! with every operation, step, escalation and audit event it held.
+//! A journal written by the last release of format 3 (everything in
+//! sled) opens with this build: converted on open, durably, with every
+//! operation, step, escalation and audit event it held.
 //!
 //! `tests/fixtures/format3-journal/` was written by idem at commit
 //! 15c5ab1 (journal format 3) with the program kept beside it
-//! (`make_fixture.rs`, the same tools as `support/old_journal.rs`): fifty `charge` calls (every
-//! tenth declined), three `wire` calls escalated after an ambiguous
-//! failure, one memoized step, a clean close; then ten more `charge`
-//! calls made durable and the process ended without closing, so the last
-//! ones are in its log only.
+//! (`make_fixture.rs`, the same tools as `support/old_journal.rs`): fifty
+//! `charge` calls (every tenth declined), three `wire` calls escalated
+//! after an ambiguous failure, one memoized step, a clean close; then ten
+//! more `charge` calls made durable and the process ended without
+//! closing, so the last ones are in its log only.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;

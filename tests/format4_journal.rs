@@ -5,8 +5,8 @@
 //! checkpoints, merges and reopens.
 //!
 //! `tests/fixtures/format4-journal/` was written by idem at commit fd730a0
-//! (journal format 4) with the program kept beside it
-//! (`make_fixture4.rs`, the same tools as `support/old_journal.rs`), with checkpoints every
+//! (journal format 4) with the program kept beside it (`make_fixture4.rs`,
+//! the same tools as `support/old_journal.rs`), with checkpoints every
 //! 8 KiB of log so that settled records are in tables: 400 `charge` calls
 //! (every tenth declined), three `wire` calls escalated after an
 //! ambiguous failure, one memoized step, a clean close; then ten more
