@@ -1215,29 +1215,17 @@ mod tests {
             Err(ReadError::Damaged(_))
         ));
     }
-}
-/// Not a test but a measurement, run by hand: `cargo test --release -p
-/// idem-sled --lib filters_time -- --ignored --nocapture`. It prints the
-/// cost per absent key of twenty filters of 500,000 keys each (a journal
-/// of ten million operations has about as many tables), as a fresh key's
-/// read consults them: classic at ten bits per key (format 4) and blocked
-/// at twelve (this build), in alternating rounds of the same process.
-#[cfg(test)]
-mod timing {
-    use super::*;
 
+    /// Not a test but a measurement, run by hand: `cargo test --release -p
+    /// idem-sled --lib filters_time -- --ignored --nocapture`. It prints the
+    /// cost per absent key of twenty filters of 500,000 keys each (a journal
+    /// of ten million operations has about as many tables), as a fresh key's
+    /// read consults them: classic at ten bits per key (format 4) and blocked
+    /// at twelve (this build), in alternating rounds of the same process.
     #[test]
     #[ignore = "a measurement: run by hand in release"]
     fn filters_time_absent_keys_over_twenty_tables() {
-        let mut seed = 11u64;
-        let mut rand_key = move || {
-            let mut d = [0u8; 32];
-            for c in d.chunks_mut(8) {
-                seed = crate::digest::mix64(seed.wrapping_add(0x9e37_79b9_7f4a_7c15));
-                c.copy_from_slice(&seed.to_le_bytes());
-            }
-            key(0, &d)
-        };
+        let mut rand_key = random_keys(11);
         let per_table = 500_000u64;
         let sets: Vec<(Layout, u64, Vec<Bloom>)> =
             [(Layout::Classic, 10u64), (Layout::Blocked, 12)]
