@@ -69,6 +69,17 @@ const MAX_PLAIN: usize = idem_journal::record::LARGE_LIMIT + (1 << 20);
 /// format.
 const BLOOM_BITS_PER_KEY: u64 = 12;
 const BLOOM_PROBES: u8 = 7;
+
+/// How much of a table its writer leaves dirty in the page cache before it
+/// starts writing it out ([`start_writeback`]). Without it, nothing of a
+/// table reaches the disk before its fsync: a merge's output (hundreds of
+/// MiB at ten million operations) then arrives all at once, and the log's
+/// fdatasyncs, which every caller waits for, queue behind it. A step at a
+/// time, the table's writes interleave with the log's. Ten million
+/// operations of the scale bench, alternated: 46,150 and 48,354 calls a
+/// second (last tenth 45,503 and 48,379) against 44,889 and 46,422 (last
+/// tenth 39,899 and 46,942).
+const WRITEBACK_STEP: u64 = 1 << 20;
 /// Bytes of a block of a blocked filter: one cache line. A key's probes
 /// all fall in one block, so an absent key costs one cache miss per table
 /// instead of about two (and no division).
@@ -300,6 +311,8 @@ pub(super) struct Writer {
     entries: u64,
     removals: u64,
     bloom: Bloom,
+    /// Where the file's writeback has been started up to.
+    started: u64,
     done: bool,
 }
 
@@ -342,6 +355,7 @@ impl Writer {
             entries: 0,
             removals: 0,
             bloom: Bloom::with_capacity(expected, layout),
+            started: 0,
             done: false,
         })
     }
@@ -408,6 +422,11 @@ impl Writer {
         self.at += self.packed.len() as u64;
         self.pages += 1;
         self.plain.clear();
+        if self.at - self.started >= WRITEBACK_STEP {
+            self.file.flush()?;
+            start_writeback(self.file.get_ref(), self.started, self.at);
+            self.started = self.at;
+        }
         Ok(())
     }
 
@@ -457,6 +476,32 @@ impl Drop for Writer {
             let _ = fs::remove_file(&self.path);
         }
     }
+}
+
+/// Starts writing `file`'s dirty pages in `from..to` out, without waiting
+/// for them (Linux: `sync_file_range` with `SYNC_FILE_RANGE_WRITE`;
+/// elsewhere nothing). Only a hint to the kernel: the fsync in
+/// [`Writer::finish`] is what makes the table durable, and what reports a
+/// failed write.
+fn start_writeback(file: &File, from: u64, to: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd as _;
+        let (Ok(offset), Ok(len)) = (
+            libc::off64_t::try_from(from),
+            libc::off64_t::try_from(to - from),
+        ) else {
+            return;
+        };
+        // SAFETY: sync_file_range takes a descriptor, which `file` keeps
+        // open for the call, and plain numbers; no memory of ours. Its
+        // result is not needed (see above).
+        unsafe {
+            libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, from, to);
 }
 
 fn page_crc(lens: &[u8], packed: &[u8]) -> u32 {
@@ -923,6 +968,42 @@ mod tests {
                 c.copy_from_slice(&rng.to_le_bytes());
             }
             key(0, &d)
+        }
+    }
+
+    #[test]
+    fn a_large_table_is_written_out_a_step_at_a_time_before_its_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::create(dir.path(), 9, 1000).unwrap();
+        let mut rand_key = random_keys(3);
+        let mut keys: Vec<Key> = (0..1000).map(|_| rand_key()).collect();
+        keys.sort();
+        // Values LZ4 cannot shrink: the file grows by about 4 MB.
+        let value = |i: usize| -> Vec<u8> {
+            let mut bytes = random_keys(i as u64 + 10);
+            (0..120).flat_map(|_| bytes()).collect()
+        };
+        let mut steps = 0;
+        for (i, key) in keys.iter().enumerate() {
+            let before = w.started;
+            w.add(key, Some(&value(i))).unwrap();
+            if w.started != before {
+                steps += 1;
+                assert_eq!(w.started, w.at, "a step starts all that is written");
+            }
+            assert!(
+                w.at - w.started < WRITEBACK_STEP + PAGE_BYTES as u64 * 2,
+                "{} bytes written, writeback started up to {}",
+                w.at,
+                w.started
+            );
+        }
+        assert!(steps >= 3, "{steps} steps over {} bytes", w.at);
+        let written = w.finish().unwrap();
+        let t = Table::open(dir.path(), 9, Some(written.bytes)).unwrap();
+        t.verify().unwrap();
+        for (i, key) in keys.iter().enumerate() {
+            assert_eq!(t.get(key).unwrap(), Found::Value(value(i)), "entry {i}");
         }
     }
 
