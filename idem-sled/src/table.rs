@@ -71,15 +71,17 @@ const BLOOM_BITS_PER_KEY: u64 = 12;
 const BLOOM_PROBES: u8 = 7;
 
 /// How much of a table its writer leaves dirty in the page cache before it
-/// starts writing it out ([`start_writeback`]). Without it, nothing of a
-/// table reaches the disk before its fsync: a merge's output (hundreds of
-/// MiB at ten million operations) then arrives all at once, and the log's
-/// fdatasyncs, which every caller waits for, queue behind it. A step at a
-/// time, the table's writes interleave with the log's. Ten million
-/// operations of the scale bench, alternated: 46,150 and 48,354 calls a
-/// second (last tenth 45,503 and 48,379) against 44,889 and 46,422 (last
-/// tenth 39,899 and 46,942).
+/// starts writing it out ([`start_writeback`]). Otherwise the kernel holds
+/// a table's pages (seconds' worth, gigabytes of them on a large machine)
+/// until its fsync: a merge's output (hundreds of MiB at ten million
+/// operations) then reaches the disk at once, and the log's fdatasyncs,
+/// which every caller waits for, can queue behind it. A step at a time,
+/// the table's writes interleave with the log's. Ten million operations of
+/// the scale bench, alternated: 46,150 and 48,354 calls a second (last
+/// tenth 45,503 and 48,379) against 44,889 and 46,422 (last tenth 39,899
+/// and 46,942).
 const WRITEBACK_STEP: u64 = 1 << 20;
+
 /// Bytes of a block of a blocked filter: one cache line. A key's probes
 /// all fall in one block, so an absent key costs one cache miss per table
 /// instead of about two (and no division).
